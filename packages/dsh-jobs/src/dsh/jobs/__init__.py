@@ -1,0 +1,3 @@
+"""dsh.jobs."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""dsh.subagent_claude_code."""
+
+__all__: list[str] = []

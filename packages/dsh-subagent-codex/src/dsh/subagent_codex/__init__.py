@@ -1,0 +1,3 @@
+"""dsh.subagent_codex."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""dsh.subagent."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""dsh.subprocess."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""dsh.tool_subagent."""
+
+__all__: list[str] = []
