@@ -1,3 +1,76 @@
-"""dsh.subagent."""
+"""dsh.subagent: the provider seam for one-shot product subagents.
 
-__all__: list[str] = []
+The value types and protocols a provider implements, the named provider registry
+(:class:`SubagentService`) with its lifecycle events, safe diagnostics shared by the product
+providers, and entry-point discovery. The conformance kit lives in :mod:`dsh.subagent.testing`.
+"""
+
+from dsh.subagent._diagnostics import (
+    MAX_DIAGNOSTIC_BYTES,
+    FailureFacts,
+    bound_diagnostic,
+    failure_line,
+)
+from dsh.subagent._discovery import (
+    PROVIDER_ENTRY_POINT_GROUP,
+    installed_provider_kinds,
+    load_provider,
+)
+from dsh.subagent._events import (
+    Listener,
+    ProviderAdded,
+    ProviderRemoved,
+    SubagentEnded,
+    SubagentEvent,
+    SubagentStarted,
+)
+from dsh.subagent._latch import ResultLatch
+from dsh.subagent._service import PublishedRun, SubagentService
+from dsh.subagent._types import (
+    NO_START_CAPABILITIES,
+    Capabilities,
+    ContentBlock,
+    Descriptor,
+    Parent,
+    ResolvedStartRequest,
+    StopReason,
+    SubagentProvider,
+    SubagentResult,
+    SubagentRun,
+    SubagentStartRequest,
+    TextBlock,
+)
+from dsh.subagent.errors import ProductFailure, SubagentError
+
+__all__ = [
+    "MAX_DIAGNOSTIC_BYTES",
+    "NO_START_CAPABILITIES",
+    "PROVIDER_ENTRY_POINT_GROUP",
+    "Capabilities",
+    "ContentBlock",
+    "Descriptor",
+    "FailureFacts",
+    "Listener",
+    "Parent",
+    "ProductFailure",
+    "ProviderAdded",
+    "ProviderRemoved",
+    "PublishedRun",
+    "ResolvedStartRequest",
+    "ResultLatch",
+    "StopReason",
+    "SubagentEnded",
+    "SubagentError",
+    "SubagentEvent",
+    "SubagentProvider",
+    "SubagentResult",
+    "SubagentRun",
+    "SubagentService",
+    "SubagentStartRequest",
+    "SubagentStarted",
+    "TextBlock",
+    "bound_diagnostic",
+    "failure_line",
+    "installed_provider_kinds",
+    "load_provider",
+]

@@ -1,0 +1,169 @@
+"""The model-visible job tools: ``job_output``, ``job_list`` and ``job_kill``.
+
+Each satisfies ``dsh.tool_subagent.Tool`` structurally (``name``, ``description``,
+``input_schema``, ``async call(arguments, caller)``) without importing that package.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from dsh.jobs._registry import JobRegistry
+from dsh.jobs._tool_base import ToolResult, to_anthropic_tool, to_openai_tool, validate_arguments
+from dsh.jobs._types import JobOwner, JobSnapshot
+from dsh.jobs.errors import JobError
+
+__all__ = ["JOB_TOOL_NAMES", "JobKillTool", "JobListTool", "JobOutputTool", "job_tools"]
+
+JOB_TOOL_NAMES = ("job_output", "job_list", "job_kill")
+
+_JOB_ID = {
+    "type": "string",
+    "minLength": 1,
+    "description": "The id returned when the job was started, e.g. subagent-1.",
+}
+
+
+def _snapshot_value(snapshot: JobSnapshot) -> dict[str, Any]:
+    return {
+        "job_id": snapshot.id,
+        "kind": snapshot.kind,
+        "label": snapshot.label,
+        "status": str(snapshot.status),
+        "detail": snapshot.detail,
+    }
+
+
+class _JobTool:
+    name: str
+    description: str
+    _schema: ClassVar[dict[str, Any]]
+
+    def __init__(self, registry: JobRegistry) -> None:
+        self.registry = registry
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        return copy.deepcopy(self._schema)
+
+    def to_openai_tool(self) -> dict[str, Any]:
+        return to_openai_tool(self)
+
+    def to_anthropic_tool(self) -> dict[str, Any]:
+        return to_anthropic_tool(self)
+
+    async def call(self, arguments: Mapping[str, Any], caller: JobOwner | None) -> ToolResult:
+        problem = validate_arguments(self._schema, arguments)
+        if problem is not None:
+            return ToolResult(text=problem, is_error=True)
+        try:
+            return await self._call(arguments, caller)
+        except JobError as exc:
+            return ToolResult(text=str(exc), is_error=True)
+
+    async def _call(self, arguments: Mapping[str, Any], caller: JobOwner | None) -> ToolResult:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+
+class JobOutputTool(_JobTool):
+    name = "job_output"
+    description = (
+        "Read a background job's output and status. The reply is the job's output (or "
+        '"(no new output)" while it has none) and always ends with a line [status: ...]. '
+        "A read does not block unless wait: true, which waits until the job finishes or "
+        "timeout_ms passes; a timeout is not an error, just read again later."
+    )
+    _schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "job_id": _JOB_ID,
+            "wait": {
+                "type": "boolean",
+                "description": "Wait for the job to finish before replying (default false).",
+            },
+            "timeout_ms": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "description": "How long wait: true may wait, in milliseconds (capped).",
+            },
+        },
+        "required": ["job_id"],
+        "additionalProperties": False,
+    }
+
+    async def _call(self, arguments: Mapping[str, Any], caller: JobOwner | None) -> ToolResult:
+        job_id: str = arguments["job_id"]
+        registry = self.registry
+        if arguments.get("wait", False):
+            config = registry.config
+            requested = arguments.get("timeout_ms") or config.wait_timeout_ms
+            timeout_ms = min(float(requested), config.max_wait_timeout_ms)
+            snapshot = await registry.wait(job_id, timeout_ms / 1000.0, caller)
+        else:
+            snapshot = registry.get(job_id, caller)
+        output = registry.read(job_id, caller) if snapshot.terminal else ""
+        value = _snapshot_value(snapshot)
+        value["output"] = output
+        text = f"{output or '(no new output)'}\n{snapshot.status_line}"
+        return ToolResult(text=text, value=value)
+
+
+class JobListTool(_JobTool):
+    name = "job_list"
+    description = (
+        "List this session's background jobs, one per line: <id> [<kind>] <status> — <label>. "
+        "Use job_output to read one."
+    )
+    _schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {},
+        "additionalProperties": False,
+    }
+
+    async def _call(self, arguments: Mapping[str, Any], caller: JobOwner | None) -> ToolResult:
+        snapshots = self.registry.list(caller)
+        value = {"jobs": [_snapshot_value(s) for s in snapshots]}
+        if not snapshots:
+            return ToolResult(text="(no background jobs)", value=value)
+        lines = [f"{s.id} [{s.kind}] {s.status} — {s.label}" for s in snapshots]
+        return ToolResult(text="\n".join(lines), value=value)
+
+
+class JobKillTool(_JobTool):
+    name = "job_kill"
+    description = (
+        "Stop a background job. Returns at once; the job settles as killed once its work has "
+        "stopped (check with job_output). A job that already finished is left as it was."
+    )
+    _schema: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "job_id": _JOB_ID,
+            "reason": {"type": "string", "description": "Why the job is being stopped."},
+        },
+        "required": ["job_id"],
+        "additionalProperties": False,
+    }
+
+    async def _call(self, arguments: Mapping[str, Any], caller: JobOwner | None) -> ToolResult:
+        job_id: str = arguments["job_id"]
+        reason = arguments.get("reason") or None
+        result = self.registry.kill(job_id, caller, reason)
+        snapshot = self.registry.get(job_id, caller)
+        value = _snapshot_value(snapshot)
+        value["result"] = result
+        if result == "requested":
+            return ToolResult(text=f"requested cancellation of job {job_id}", value=value)
+        return ToolResult(
+            text=f"job {job_id} had already finished {snapshot.status_line}", value=value
+        )
+
+
+def job_tools(registry: JobRegistry) -> tuple[JobOutputTool, JobListTool, JobKillTool]:
+    """The three job tools bound to ``registry``, in the order job_output, job_list, job_kill."""
+    return JobOutputTool(registry), JobListTool(registry), JobKillTool(registry)

@@ -1,0 +1,70 @@
+"""Errors raised by :mod:`dsh.jobs`.
+
+One tree; every message is safe to show a model::
+
+    JobError
+    ├── JobArgumentError      (also a ValueError) empty kind/label, non-positive timeout
+    ├── JobLimitError         admission refused: the owner already has the maximum of live jobs
+    ├── UnknownJobError       (also a LookupError) ``unknown job <id>``
+    ├── ForeignJobError       (also a PermissionError) ``job <id> belongs to another session``
+    └── JobRegistryClosedError  start() after aclose()
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ForeignJobError",
+    "JobArgumentError",
+    "JobError",
+    "JobLimitError",
+    "JobRegistryClosedError",
+    "UnknownJobError",
+]
+
+
+class JobError(Exception):
+    """Base of every error :mod:`dsh.jobs` raises. ``str()`` is a safe, model-visible message."""
+
+
+class JobArgumentError(JobError, ValueError):
+    """An argument broke a rule (empty kind or label, non-positive timeout)."""
+
+
+class JobLimitError(JobError):
+    """Admission refused; no id was allocated and the work never started."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(
+            f"background job limit reached for this owner (limit: {limit}); use job_kill to stop"
+            " an unneeded job, wait for it to finish, then retry"
+        )
+
+
+class UnknownJobError(JobError, LookupError):
+    """No job with this id exists (or its record was dropped by close_owner)."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"unknown job {job_id}")
+
+    def __str__(self) -> str:  # LookupError would otherwise repr() the argument
+        return f"unknown job {self.job_id}"
+
+
+class ForeignJobError(JobError, PermissionError):
+    """The job exists but is owned by another session."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id} belongs to another session")
+
+    def __str__(self) -> str:  # OSError subclasses format their args specially
+        return f"job {self.job_id} belongs to another session"
+
+
+class JobRegistryClosedError(JobError):
+    """The registry was closed; it accepts no new jobs."""
+
+    def __init__(self) -> None:
+        super().__init__("the job registry is closed")

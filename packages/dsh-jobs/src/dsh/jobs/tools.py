@@ -1,0 +1,27 @@
+"""The job control tools ``job_output``, ``job_list`` and ``job_kill``, and the tool helpers.
+
+Every tool here satisfies ``dsh.tool_subagent.Tool`` structurally. :class:`ToolResult` is the
+one result class of the whole stack; ``dsh.tool_subagent`` re-exports it.
+"""
+
+from dsh.jobs._tool_base import (
+    SchemaTool,
+    ToolResult,
+    to_anthropic_tool,
+    to_openai_tool,
+    validate_arguments,
+)
+from dsh.jobs._tools import JOB_TOOL_NAMES, JobKillTool, JobListTool, JobOutputTool, job_tools
+
+__all__ = [
+    "JOB_TOOL_NAMES",
+    "JobKillTool",
+    "JobListTool",
+    "JobOutputTool",
+    "SchemaTool",
+    "ToolResult",
+    "job_tools",
+    "to_anthropic_tool",
+    "to_openai_tool",
+    "validate_arguments",
+]

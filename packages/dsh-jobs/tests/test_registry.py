@@ -1,0 +1,407 @@
+"""JobRegistry: ids, admission, ownership, settlement, waits, listeners and closing."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+import pytest
+
+from dsh.jobs import JobDone, JobOutcome, JobRegistry, JobsConfig, JobSnapshot, JobStatus
+from dsh.jobs.errors import (
+    ForeignJobError,
+    JobArgumentError,
+    JobLimitError,
+    JobRegistryClosedError,
+    UnknownJobError,
+)
+
+LIMIT_MESSAGE = (
+    "background job limit reached for this owner (limit: 10); use job_kill to stop an unneeded "
+    "job, wait for it to finish, then retry"
+)
+
+
+@dataclass(frozen=True)
+class Owner:
+    session_id: str
+
+
+A = Owner("session-a")
+B = Owner("session-b")
+
+
+def answer(text: str) -> JobOutcome:
+    return JobOutcome(JobStatus.COMPLETED, output=text)
+
+
+def blocked(gate: asyncio.Event, started: list[str] | None = None, name: str = "") -> object:
+    async def work() -> JobOutcome:
+        if started is not None:
+            started.append(name)
+        await gate.wait()
+        return answer(name)
+
+    return work
+
+
+async def test_ids_are_per_kind_sequences() -> None:
+    async with JobRegistry() as jobs:
+        gate = asyncio.Event()
+        ids = [
+            jobs.start("subagent", "one", A, blocked(gate)),  # type: ignore[arg-type]
+            jobs.start("subagent", "two", A, blocked(gate)),  # type: ignore[arg-type]
+            jobs.start("shell", "three", A, blocked(gate)),  # type: ignore[arg-type]
+            jobs.start("subagent", "four", B, blocked(gate)),  # type: ignore[arg-type]
+            jobs.start("shell", "five", None, blocked(gate)),  # type: ignore[arg-type]
+        ]
+        assert ids == ["subagent-1", "subagent-2", "shell-1", "subagent-3", "shell-2"]
+        gate.set()
+
+
+async def test_empty_kind_and_label_are_rejected_in_order_without_an_id() -> None:
+    async with JobRegistry() as jobs:
+        gate = asyncio.Event()
+        gate.set()
+        with pytest.raises(JobArgumentError, match="kind"):
+            jobs.start("", "", A, blocked(gate))  # type: ignore[arg-type]
+        with pytest.raises(JobArgumentError, match="label"):
+            jobs.start("subagent", "  ", A, blocked(gate))  # type: ignore[arg-type]
+        assert jobs.start("subagent", "ok", A, blocked(gate)) == "subagent-1"  # type: ignore[arg-type]
+
+
+async def test_eleventh_live_job_is_rejected_before_work_and_uses_no_id() -> None:
+    async with JobRegistry() as jobs:
+        gates = [asyncio.Event() for _ in range(10)]
+        started: list[str] = []
+        for i, gate in enumerate(gates):
+            jobs.start("subagent", f"task {i}", A, blocked(gate, started, f"w{i}"))  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+        assert len(started) == 10
+        with pytest.raises(JobLimitError) as info:
+            jobs.start("subagent", "too many", A, blocked(asyncio.Event(), started, "extra"))  # type: ignore[arg-type]
+        assert str(info.value) == LIMIT_MESSAGE
+        await asyncio.sleep(0)
+        assert "extra" not in started
+        # Another owner is admitted; its id shows that the rejected start used none.
+        assert jobs.start("subagent", "other owner", B, blocked(gates[0])) == "subagent-11"  # type: ignore[arg-type]
+        # A stopping job still counts against the limit.
+        assert jobs.kill("subagent-1", A) == "requested"
+        assert jobs.get("subagent-1", A).status is JobStatus.STOPPING
+        with pytest.raises(JobLimitError):
+            jobs.start("subagent", "still too many", A, blocked(asyncio.Event()))  # type: ignore[arg-type]
+        await jobs.wait("subagent-1", 5, A)
+        assert jobs.start("subagent", "now fits", A, blocked(gates[1])) == "subagent-12"  # type: ignore[arg-type]
+        for gate in gates:
+            gate.set()
+
+
+async def test_admission_limit_is_configurable() -> None:
+    async with JobRegistry(JobsConfig(max_concurrent_jobs_per_owner=1)) as jobs:
+        gate = asyncio.Event()
+        jobs.start("subagent", "one", A, blocked(gate))  # type: ignore[arg-type]
+        with pytest.raises(JobLimitError, match=r"\(limit: 1\)"):
+            jobs.start("subagent", "two", A, blocked(gate))  # type: ignore[arg-type]
+        gate.set()
+
+
+async def test_another_session_is_fenced_and_unknown_ids_are_named() -> None:
+    async with JobRegistry() as jobs:
+        gate = asyncio.Event()
+        job_id = jobs.start("subagent", "mine", A, blocked(gate))  # type: ignore[arg-type]
+        message = f"job {job_id} belongs to another session"
+        with pytest.raises(ForeignJobError) as read_info:
+            jobs.read(job_id, B)
+        with pytest.raises(ForeignJobError) as kill_info:
+            jobs.kill(job_id, B)
+        with pytest.raises(ForeignJobError) as wait_info:
+            await jobs.wait(job_id, 1, B)
+        with pytest.raises(ForeignJobError) as get_info:
+            jobs.get(job_id, B)
+        for info in (read_info, kill_info, wait_info, get_info):
+            assert str(info.value) == message
+        with pytest.raises(UnknownJobError) as unknown:
+            jobs.read("subagent-99", A)
+        assert str(unknown.value) == "unknown job subagent-99"
+        assert jobs.get(job_id, A).status is JobStatus.RUNNING
+        assert jobs.list(B) == []
+        gate.set()
+
+
+async def test_unowned_jobs_are_visible_to_everyone_in_start_order() -> None:
+    async with JobRegistry() as jobs:
+        gate = asyncio.Event()
+        jobs.start("subagent", "a1", A, blocked(gate))  # type: ignore[arg-type]
+        jobs.start("shell", "free", None, blocked(gate))  # type: ignore[arg-type]
+        jobs.start("subagent", "b1", B, blocked(gate))  # type: ignore[arg-type]
+        jobs.start("subagent", "a2", A, blocked(gate))  # type: ignore[arg-type]
+        assert [s.label for s in jobs.list(A)] == ["a1", "free", "a2"]
+        assert [s.label for s in jobs.list(B)] == ["free", "b1"]
+        gate.set()
+
+
+async def test_read_is_empty_while_live_then_final_output_and_reported() -> None:
+    async with JobRegistry() as jobs:
+        gate = asyncio.Event()
+        job_id = jobs.start("subagent", "x", A, blocked(gate, name="the answer"))  # type: ignore[arg-type]
+        assert jobs.read(job_id, A) == ""
+        assert jobs.get(job_id, A).reported is False
+        gate.set()
+        snap = await jobs.wait(job_id, 5, A)
+        assert snap.status is JobStatus.COMPLETED
+        assert snap.finished_at is not None
+        assert snap.finished_at >= snap.started_at
+        assert jobs.read(job_id, A) == "the answer"
+        assert jobs.read(job_id, A) == "the answer"
+        assert jobs.get(job_id, A).reported is True
+
+
+async def test_raising_work_fails_with_exception_name_and_message() -> None:
+    async def work() -> JobOutcome:
+        raise RuntimeError("boom")
+
+    async with JobRegistry() as jobs:
+        job_id = jobs.start("subagent", "x", A, work)
+        snap = await jobs.wait(job_id, 5, A)
+        assert snap.status is JobStatus.FAILED
+        assert snap.detail == "RuntimeError: boom"
+        assert snap.status_line == "[status: failed, RuntimeError: boom]"
+
+
+async def test_kill_cancels_with_reason_and_first_settlement_wins() -> None:
+    seen: list[str | None] = []
+
+    async def work() -> JobOutcome:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError as exc:
+            seen.append(exc.args[0] if exc.args else None)
+            raise
+        return answer("never")
+
+    async with JobRegistry() as jobs:
+        job_id = jobs.start("subagent", "x", A, work)
+        await asyncio.sleep(0)
+        assert jobs.kill(job_id, A, reason="not needed") == "requested"
+        assert jobs.kill(job_id, A) == "requested"
+        snap = await jobs.wait(job_id, 5, A)
+        assert snap.status is JobStatus.KILLED
+        assert snap.detail == "not needed"
+        assert seen == ["not needed"]
+        assert jobs.kill(job_id, A) == "already-finished"
+        assert jobs.get(job_id, A).status is JobStatus.KILLED
+
+
+async def test_work_that_finishes_normally_after_a_kill_is_still_killed() -> None:
+    async def work() -> JobOutcome:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            pass
+        return answer("unreachable")
+
+    async def stubborn() -> JobOutcome:
+        await asyncio.sleep(0)
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            # A misbehaving work function that turns cancellation into a result.
+            return answer("late")
+        return answer("never")
+
+    async with JobRegistry() as jobs:
+        job_id = jobs.start("subagent", "x", A, stubborn)
+        await asyncio.sleep(0.01)
+        jobs.kill(job_id, A)
+        snap = await jobs.wait(job_id, 5, A)
+        assert snap.status is JobStatus.KILLED
+        assert jobs.read(job_id, A) == ""
+        del work
+
+
+async def test_kill_before_the_work_first_runs_settles_killed() -> None:
+    started: list[str] = []
+    async with JobRegistry() as jobs:
+        job_id = jobs.start("subagent", "x", A, blocked(asyncio.Event(), started, "w"))  # type: ignore[arg-type]
+        jobs.kill(job_id, A)
+        snap = await jobs.wait(job_id, 5, A)
+        assert snap.status is JobStatus.KILLED
+        assert started == []
+
+
+async def test_wait_rejects_non_positive_timeouts_and_a_timeout_is_not_an_error() -> None:
+    async with JobRegistry() as jobs:
+        gate = asyncio.Event()
+        job_id = jobs.start("subagent", "x", A, blocked(gate))  # type: ignore[arg-type]
+        for bad in (0, -1, float("nan")):
+            with pytest.raises(JobArgumentError):
+                await jobs.wait(job_id, bad, A)
+        snap = await jobs.wait(job_id, 0.02, A)
+        assert snap.status is JobStatus.RUNNING
+        assert snap.reported is False
+        gate.set()
+
+
+async def test_notice_is_sent_only_for_unreported_owned_jobs() -> None:
+    events: list[JobDone] = []
+    async with JobRegistry() as jobs:
+        jobs.on_job_done(events.append)
+        gates = {name: asyncio.Event() for name in ("plain", "read", "killed", "waited", "free")}
+        ids = {
+            name: jobs.start("subagent", f"{name} label", None if name == "free" else A, blocked(gate, name=name))  # type: ignore[arg-type]
+            for name, gate in gates.items()
+        }
+        jobs.kill(ids["killed"], A)
+        waiter = asyncio.create_task(jobs.wait(ids["waited"], 5, A))
+        await asyncio.sleep(0)
+        for gate in gates.values():
+            gate.set()
+        await waiter
+        for name, job_id in ids.items():
+            await jobs.wait(job_id, 5, None if name == "free" else A)
+        by_id = {event.snapshot.id: event for event in events}
+        assert len(by_id) == 5
+        assert by_id[ids["plain"]].notice == (
+            f"background job {ids['plain']} (subagent: plain label) finished "
+            "[status: completed]. Read its output with job_output."
+        )
+        assert by_id[ids["killed"]].notice is None
+        assert by_id[ids["killed"]].snapshot.status is JobStatus.KILLED
+        assert by_id[ids["waited"]].notice is None
+        assert by_id[ids["free"]].notice is None
+        # "read" settled unreported (its notice fired); a terminal read afterwards marks it.
+        assert by_id[ids["read"]].notice is not None
+        jobs.read(ids["read"], A)
+        assert jobs.get(ids["read"], A).reported is True
+
+
+async def test_no_notice_after_a_terminal_read() -> None:
+    events: list[JobDone] = []
+    async with JobRegistry() as jobs:
+        jobs.on_job_done(events.append)
+        job_id = jobs.start("subagent", "x", A, blocked(asyncio.Event()))  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+        # Settle through a reading waiter: wait() to completion marks it reported first.
+        jobs.kill(job_id, A)
+        await jobs.wait(job_id, 5, A)
+        jobs.read(job_id, A)
+        assert [e.notice for e in events] == [None]
+
+
+async def test_failed_notice_carries_the_detail() -> None:
+    events: list[JobDone] = []
+
+    async def work() -> JobOutcome:
+        return JobOutcome(JobStatus.FAILED, detail="error; diagnostic: nope")
+
+    async with JobRegistry() as jobs:
+        jobs.on_job_done(events.append)
+        job_id = jobs.start("subagent", "fix it", A, work)
+        while not events:
+            await asyncio.sleep(0.001)
+        assert events[0].notice == (
+            f"background job {job_id} (subagent: fix it) finished "
+            "[status: failed, error; diagnostic: nope]. Read its output with job_output."
+        )
+
+
+async def test_listeners_run_last_are_contained_and_can_unsubscribe(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    order: list[str] = []
+    async with JobRegistry() as jobs:
+        gate = asyncio.Event()
+        job_id = jobs.start("subagent", "x", A, blocked(gate, name="out"))  # type: ignore[arg-type]
+
+        def raising(event: JobDone) -> None:
+            order.append("raising")
+            raise RuntimeError("listener bug")
+
+        def checking(event: JobDone) -> None:
+            # State is recorded and waiters released before any listener runs.
+            snap = jobs.get(job_id, A)
+            order.append(f"checking:{snap.status}:{waiter.done() or 'released'}")
+            assert snap.status is JobStatus.COMPLETED
+            assert jobs._jobs[job_id].done.is_set()
+
+        removed: list[JobDone] = []
+        jobs.on_job_done(raising)
+        jobs.on_job_done(checking)
+        jobs.on_job_done(removed.append)()
+        waiter = asyncio.create_task(jobs.wait(job_id, 5, A))
+        await asyncio.sleep(0)
+        with caplog.at_level(logging.WARNING, logger="dsh.jobs"):
+            gate.set()
+            snap = await waiter
+        assert snap.status is JobStatus.COMPLETED
+        assert order == ["raising", "checking:completed:released"]
+        assert removed == []
+        assert any("listener raised" in r.getMessage() for r in caplog.records)
+
+
+async def test_close_owner_cancels_awaits_exit_and_drops_records() -> None:
+    events: list[JobDone] = []
+    exited: list[str] = []
+
+    def slow_exit(name: str) -> object:
+        async def work() -> JobOutcome:
+            try:
+                await asyncio.Event().wait()
+            finally:
+                await asyncio.sleep(0.05)  # teardown that takes a while
+                exited.append(name)
+            return answer(name)
+
+        return work
+
+    async with JobRegistry() as jobs:
+        jobs.on_job_done(events.append)
+        a1 = jobs.start("subagent", "a1", A, slow_exit("a1"))  # type: ignore[arg-type]
+        b1 = jobs.start("subagent", "b1", B, slow_exit("b1"))  # type: ignore[arg-type]
+        done_gate = asyncio.Event()
+        done_gate.set()
+        a2 = jobs.start("subagent", "a2", A, blocked(done_gate, name="a2"))  # type: ignore[arg-type]
+        await jobs.wait(a2, 5, A)
+        await asyncio.sleep(0)
+        await jobs.close_owner(A)
+        assert exited == ["a1"]
+        for job_id in (a1, a2):
+            with pytest.raises(UnknownJobError):
+                jobs.get(job_id, A)
+        assert jobs.get(b1, B).status is JobStatus.RUNNING
+        a1_events = [e for e in events if e.snapshot.id == a1]
+        assert [(e.snapshot.status, e.notice) for e in a1_events] == [(JobStatus.KILLED, None)]
+        await jobs.aclose()
+        assert exited == ["a1", "b1"]
+        assert jobs.list(B) == []
+        assert all(e.notice is None for e in events)
+        with pytest.raises(JobRegistryClosedError):
+            jobs.start("subagent", "late", A, slow_exit("late"))  # type: ignore[arg-type]
+
+
+def test_outcome_must_be_terminal_and_snapshot_status_line() -> None:
+    with pytest.raises(ValueError, match="must be completed, killed or failed"):
+        JobOutcome(JobStatus.RUNNING)
+    assert JobOutcome("completed").status is JobStatus.COMPLETED  # type: ignore[arg-type]
+    assert isinstance(JobStatus.KILLED.terminal, bool)
+    assert JobSnapshot.__dataclass_fields__.keys() == {
+        "id",
+        "kind",
+        "label",
+        "owner_session",
+        "status",
+        "detail",
+        "started_at",
+        "finished_at",
+        "reported",
+    }
+
+
+def test_jobs_config_rules() -> None:
+    with pytest.raises(ValueError, match="max_concurrent_jobs_per_owner"):
+        JobsConfig(max_concurrent_jobs_per_owner=0)
+    with pytest.raises(ValueError, match="wait_timeout_ms must not exceed"):
+        JobsConfig(wait_timeout_ms=10, max_wait_timeout_ms=5)
+    with pytest.raises(ValueError, match="extra"):
+        JobsConfig(unknown=1)  # type: ignore[call-arg]

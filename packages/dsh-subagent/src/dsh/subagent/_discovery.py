@@ -1,0 +1,122 @@
+"""Entry-point discovery of provider kinds (``dsh.subagent.providers``)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+import pydantic
+
+from dsh.subagent._types import SubagentProvider
+from dsh.subagent.errors import SubagentError
+
+__all__ = [
+    "PROVIDER_ENTRY_POINT_GROUP",
+    "installed_provider_kinds",
+    "load_provider",
+    "provider_entry_points",
+]
+
+_log = logging.getLogger("dsh.subagent")
+
+PROVIDER_ENTRY_POINT_GROUP = "dsh.subagent.providers"
+"""The entry-point group whose names are provider kinds and whose objects are provider classes."""
+
+# Kinds with a documented install extra on dsh-tool-subagent.
+_KNOWN_EXTRAS = {"codex": "codex", "claude-code": "claude-code"}
+
+
+def provider_entry_points() -> tuple[EntryPoint, ...]:
+    """The installed entry points of the group, first one per name, in discovery order.
+
+    Reading the metadata imports nothing, so a broken plugin cannot break discovery.
+    """
+    seen: dict[str, EntryPoint] = {}
+    for entry in entry_points(group=PROVIDER_ENTRY_POINT_GROUP):
+        seen.setdefault(entry.name, entry)
+    return tuple(seen.values())
+
+
+def installed_provider_kinds() -> tuple[str, ...]:
+    """The installed provider kinds (entry-point names), sorted."""
+    return tuple(sorted(entry.name for entry in provider_entry_points()))
+
+
+def _install_hint(kind: str) -> str:
+    extra = _KNOWN_EXTRAS.get(kind)
+    if extra is not None:
+        return f'install it with pip install "dsh-tool-subagent[{extra}]"'
+    choices = " or ".join(f'pip install "dsh-tool-subagent[{e}]"' for e in _KNOWN_EXTRAS.values())
+    return f"install a provider, for example {choices}"
+
+
+def _reinstall_hint(kind: str) -> str:
+    extra = _KNOWN_EXTRAS.get(kind)
+    if extra is not None:
+        return f'reinstall it with pip install --force-reinstall "dsh-tool-subagent[{extra}]"'
+    return "reinstall the package that provides it"
+
+
+def _config_problems(error: pydantic.ValidationError) -> str:
+    # Field locations and rule messages only: the rejected input values never appear.
+    problems = []
+    for detail in error.errors(include_url=False, include_input=False, include_context=False):
+        location = ".".join(str(part) for part in detail["loc"]) or "(config)"
+        problems.append(f"{location}: {detail['msg']}")
+    return "; ".join(problems)
+
+
+def load_provider(kind: str, config: Mapping[str, Any] | None = None) -> SubagentProvider:
+    """Build the provider of ``kind`` from ``config`` via the kind's ``from_config(mapping)``.
+
+    Only the requested entry point is imported; the others are never touched. Loading starts no
+    process and does no PATH lookup (provider classes defer both to ``start()``).
+    """
+    entries = {entry.name: entry for entry in provider_entry_points()}
+    entry = entries.get(kind)
+    if entry is None:
+        installed = ", ".join(sorted(entries)) or "none"
+        raise SubagentError(
+            f'no subagent provider kind "{kind}" is installed (installed kinds: {installed}); '
+            f"{_install_hint(kind)}",
+            code="UNKNOWN_PROVIDER_KIND",
+        )
+    try:
+        provider_class = entry.load()
+    except Exception as error:
+        _log.debug("loading subagent provider kind %r failed", kind, exc_info=error)
+        raise SubagentError(
+            f'the subagent provider kind "{kind}" is installed but failed to import; '
+            f"{_reinstall_hint(kind)}",
+            code="PROVIDER_LOAD_FAILED",
+        ) from error
+    from_config = getattr(provider_class, "from_config", None)
+    if not callable(from_config):
+        raise SubagentError(
+            f'the subagent provider kind "{kind}" does not name a provider class with '
+            "from_config(mapping)",
+            code="PROVIDER_LOAD_FAILED",
+        )
+    try:
+        provider = from_config(dict(config or {}))
+    except pydantic.ValidationError as error:
+        raise SubagentError(
+            f'invalid config for subagent provider kind "{kind}": {_config_problems(error)}',
+            code="INVALID_PROVIDER_CONFIG",
+        ) from error
+    except SubagentError:
+        raise
+    except Exception as error:
+        _log.debug("building subagent provider kind %r failed", kind, exc_info=error)
+        raise SubagentError(
+            f'the subagent provider kind "{kind}" could not be built from its config',
+            code="PROVIDER_LOAD_FAILED",
+        ) from error
+    if not isinstance(provider, SubagentProvider):
+        raise SubagentError(
+            f'the subagent provider kind "{kind}" built an object that is not a SubagentProvider',
+            code="PROVIDER_LOAD_FAILED",
+        )
+    return provider

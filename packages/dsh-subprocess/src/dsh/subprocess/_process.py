@@ -1,0 +1,537 @@
+"""ManagedProcess: one spawned child, its pipes, and its whole tree."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Literal
+
+import psutil
+
+from dsh.subprocess import _procfs
+from dsh.subprocess._env import build_child_env
+from dsh.subprocess._procfs import TREE_MARKER_ENV, Snapshot, read_info, scan
+from dsh.subprocess._spec import Collect, CollectedText, ProcessOutcome, SpawnSpec, StreamSpec
+from dsh.subprocess._tree import Tree
+from dsh.subprocess.errors import SpawnError, TeardownError
+
+__all__ = ["ManagedProcess", "launch"]
+
+_log = logging.getLogger("dsh.subprocess")
+
+_IDLE_S = 0.1
+"""Sampling interval while nobody waits: descendants are observed at least this often."""
+_FAST_S = 0.015
+"""Polling interval while someone waits or the ladder runs."""
+_KILL_CONFIRM_S = 5.0
+"""How long after SIGKILL aclose() waits for the tree before giving up with TeardownError."""
+_READ_CHUNK = 65536
+
+_owner: tuple[int, str] | None = None
+
+
+def _owner_identity() -> str:
+    """``<pid>:<create time>`` of the calling process (cached per pid, so forks recompute)."""
+    global _owner
+    pid = os.getpid()
+    if _owner is None or _owner[0] != pid:
+        _owner = (pid, f"{pid}:{psutil.Process(pid).create_time():.3f}")
+    return _owner[1]
+
+
+def new_marker() -> str:
+    """A fresh tree marker: ``<owner pid>:<owner start time>:<uuid>``."""
+    return f"{_owner_identity()}:{uuid.uuid4().hex}"
+
+
+class _Tail:
+    """The last ``max_bytes`` bytes of a stream."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.data = bytearray()
+        self.truncated = False
+
+    def add(self, chunk: bytes) -> None:
+        self.data += chunk
+        excess = len(self.data) - self.max_bytes
+        if excess > 0:
+            del self.data[:excess]
+            self.truncated = True
+
+    def text(self) -> CollectedText:
+        data = bytes(self.data)
+        if self.truncated:
+            skip = 0  # do not start the text in the middle of a UTF-8 sequence
+            while skip < min(3, len(data)) and data[skip] & 0xC0 == 0x80:
+                skip += 1
+            data = data[skip:]
+        return CollectedText(data.decode("utf-8", "replace"), self.truncated)
+
+
+class ManagedProcess:
+    """A spawned child and its whole tree, from ``SubprocessRuntime.spawn``; close with aclose()."""
+
+    def __init__(
+        self,
+        *,
+        popen: subprocess.Popen[bytes],
+        spec: SpawnSpec,
+        tree: Tree,
+        loop: asyncio.AbstractEventLoop,
+        on_gone: Callable[[ManagedProcess], None],
+    ) -> None:
+        self.pid: int = popen.pid
+        self.tree_id: str = tree.marker
+        self.spec = spec
+        self.stdin: asyncio.StreamWriter | None = None
+        self.stdout: asyncio.StreamReader | None = None
+        self.stderr: asyncio.StreamReader | None = None
+        self._popen = popen
+        self._tree = tree
+        self._loop = loop
+        self._on_gone = on_gone
+        self._grace_s = spec.grace_ms / 1000.0
+        self._outcome: ProcessOutcome | None = None
+        self._exit_time: float | None = None
+        self._exited = asyncio.Event()
+        self._gone_event = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._waiters = 0
+        self._term_at: float | None = None
+        self._kill_at: float | None = None
+        self._pidfd: int | None = None
+        self._transports: list[asyncio.BaseTransport] = []
+        self._tails: dict[str, _Tail] = {}
+        self._collectors: list[asyncio.Task[None]] = []
+        self._feeder: asyncio.Task[None] | None = None
+        self._sampler: asyncio.Task[None] | None = None
+        self._gone_notified = False
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<ManagedProcess pid={self.pid} tree_id={self.tree_id}>"
+
+    # ---- public surface -------------------------------------------------------------------
+
+    @property
+    def outcome(self) -> ProcessOutcome | None:
+        """The direct child's ``ProcessOutcome`` once known, else None."""
+        return self._outcome
+
+    @property
+    def tree_gone(self) -> bool:
+        """True once the whole tree has been observed gone."""
+        return self._tree.gone
+
+    def collected(self, name: Literal["stdout", "stderr"]) -> CollectedText:
+        """The bounded tail (so far) of a ``Collect`` stream."""
+        tail = self._tails.get(name)
+        if tail is None:
+            raise ValueError(
+                "collected() needs 'stdout' or 'stderr' spawned with Collect(max_bytes)"
+            )
+        return tail.text()
+
+    async def wait(self) -> ProcessOutcome:
+        """Wait for the direct child to exit; Collect draining after exit is bounded by grace_ms."""
+        if not self._exited.is_set():
+            polled = self._pidfd is None
+            if polled:
+                self._waiters += 1
+                self._wake_sampler()
+            try:
+                await self._exited.wait()
+            finally:
+                if polled:
+                    self._waiters -= 1
+        pending = [task for task in self._collectors if not task.done()]
+        if pending and self._exit_time is not None:
+            remaining = self._exit_time + self._grace_s - time.monotonic()
+            if remaining > 0:
+                await asyncio.wait(pending, timeout=remaining)
+        assert self._outcome is not None
+        return self._outcome
+
+    def terminate(self) -> None:
+        """Start the ladder (idempotent): SIGTERM to the tree now, SIGKILL after grace_ms."""
+        if self._term_at is not None:
+            return
+        now = time.monotonic()
+        self._term_at = now
+        self._kill_at = now + self._grace_s
+        if self._tree.gone:
+            return
+        self._tree.term_known()
+        self._wake_sampler()
+
+    async def wait_for_exit(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
+        """True once the whole tree is gone; False if it is not gone within ``timeout`` seconds."""
+        if self._tree.gone:
+            self._notify_gone()
+            return True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._waiters += 1
+        self._wake_sampler()
+        try:
+            while not self._tree.gone:
+                if self._sampler is None or self._sampler.done():
+                    if await asyncio.to_thread(self._sample_once):
+                        break
+                    step = _FAST_S
+                else:
+                    step = 0.25
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    step = min(step, remaining)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(step):
+                        await self._gone_event.wait()
+        finally:
+            self._waiters -= 1
+        self._notify_gone()
+        return True
+
+    async def aclose(self) -> None:
+        """Close stdin, terminate(), wait for the whole tree, reap the child. Idempotent.
+
+        If this is cancelled or fails, a synchronous SIGKILL of the whole tree runs before the
+        exception propagates.
+        """
+        if self._closed:
+            return
+        clean = False
+        try:
+            self._close_stdin()
+            self.terminate()
+            if not await self.wait_for_exit(self._grace_s + _KILL_CONFIRM_S):
+                raise TeardownError("process tree still alive after SIGKILL")
+            self._poll_exit()
+            if not self._exited.is_set():
+                try:
+                    async with asyncio.timeout(_KILL_CONFIRM_S):
+                        await self._exited.wait()
+                except TimeoutError as exc:
+                    raise TeardownError("direct child could not be reaped") from exc
+            await self._finish_tasks()
+            clean = True
+        finally:
+            if not clean:
+                self._kill_sync()
+        self._close_transports()
+        self._closed = True
+
+    async def __aenter__(self) -> ManagedProcess:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _kill_sync(self, snap: Snapshot | None = None) -> bool:
+        """Last resort, no awaits: SIGKILL the whole tree now. True when a new member was hit."""
+        if self._tree.gone:
+            return False
+        now = time.monotonic()
+        if self._term_at is None:
+            self._term_at = now
+        self._kill_at = now
+        try:
+            return self._tree.kill_new(snap if snap is not None else scan(0.0))
+        finally:
+            with contextlib.suppress(Exception):
+                self._wake_sampler()
+
+    def _wake_sampler(self) -> None:
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self._wake.set()
+        elif not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    def _sample_once(self) -> bool:
+        """One observation (runs off the loop thread). True once the whole tree is gone."""
+        now = time.monotonic()
+        urgent = self._term_at is not None or self._waiters > 0
+        max_age = 0.0 if urgent else max(0.0, min(_IDLE_S / 2, now - self._tree.created))
+        snap = scan(max_age)
+        if self._kill_at is not None and now >= self._kill_at:
+            return self._tree.kill(snap)
+        if self._term_at is not None:
+            return self._tree.term(snap)
+        return self._tree.observe(snap)
+
+    async def _sample_loop(self) -> None:
+        while True:
+            self._wake.clear()
+            try:
+                gone = await asyncio.to_thread(self._sample_once)
+            except Exception:
+                _log.debug("process tree sample failed", exc_info=True)
+                gone = False
+            if self._pidfd is None:
+                self._poll_exit()
+            if gone:
+                self._notify_gone()
+                return
+            delay = _FAST_S if self._term_at is not None or self._waiters > 0 else _IDLE_S
+            if self._kill_at is not None:
+                delay = min(delay, max(0.0, self._kill_at - time.monotonic()))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
+
+    def _notify_gone(self) -> None:
+        if self._gone_notified:
+            return
+        self._gone_notified = True
+        self._gone_event.set()
+        self._poll_exit()
+        self._on_gone(self)
+
+    def _watch_exit(self) -> None:
+        if not _procfs._HAS_PIDFD:
+            return
+        try:
+            fd = os.pidfd_open(self.pid)
+        except OSError:
+            return
+        try:
+            self._loop.add_reader(fd, self._poll_exit)
+        except Exception:
+            os.close(fd)
+            return
+        self._pidfd = fd
+
+    def _stop_exit_watch(self) -> None:
+        fd, self._pidfd = self._pidfd, None
+        if fd is not None:
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(fd)
+            os.close(fd)
+
+    def _poll_exit(self) -> None:
+        if self._outcome is not None:
+            return
+        returncode = self._popen.poll()
+        if returncode is None:
+            return
+        self._stop_exit_watch()
+        self._outcome = ProcessOutcome.from_returncode(returncode)
+        self._exit_time = time.monotonic()
+        self._exited.set()
+
+    async def _start(self) -> None:
+        """Connect the pipes and start the owned tasks (exit watch, collectors, feeder, sampler)."""
+        loop = self._loop
+        popen = self._popen
+        self._watch_exit()
+        if popen.stdin is not None:
+            stdin_pipe, popen.stdin = popen.stdin, None
+            writer = await _connect_writer(loop, stdin_pipe)
+            self._transports.append(writer.transport)
+            if isinstance(self.spec.stdin, bytes):
+                self._feeder = loop.create_task(_feed(writer, self.spec.stdin))
+            else:
+                self.stdin = writer
+        for name in ("stdout", "stderr"):
+            pipe: IO[bytes] | None = getattr(popen, name)
+            if pipe is None:
+                continue
+            setattr(popen, name, None)
+            reader, transport = await _connect_reader(loop, pipe)
+            self._transports.append(transport)
+            mode: StreamSpec = getattr(self.spec, name)
+            if isinstance(mode, Collect):
+                tail = self._tails[name] = _Tail(mode.max_bytes)
+                self._collectors.append(loop.create_task(_collect(reader, tail)))
+            else:
+                setattr(self, name, reader)
+        self._sampler = loop.create_task(self._sample_loop())
+
+    def _abort_start(self) -> None:
+        """Undo a half-finished start without awaiting: kill, close, reap, confirm (bounded)."""
+        for task in self._tasks():
+            task.cancel()
+        deadline = time.monotonic() + 1.0
+        while self._kill_sync() or not self._tree.gone:
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.01)
+            self._tree.observe(scan(0.0))
+        for pipe in (self._popen.stdin, self._popen.stdout, self._popen.stderr):
+            if pipe is not None:
+                pipe.close()
+        self._close_transports()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+        self._poll_exit()
+        self._stop_exit_watch()
+        if self._tree.gone:
+            self._notify_gone()
+
+    def _tasks(self) -> list[asyncio.Task[None]]:
+        tasks = list(self._collectors)
+        if self._feeder is not None:
+            tasks.append(self._feeder)
+        if self._sampler is not None:
+            tasks.append(self._sampler)
+        return tasks
+
+    def _close_stdin(self) -> None:
+        if self.stdin is not None and not self.stdin.is_closing():
+            self.stdin.close()
+        if self._feeder is not None and not self._feeder.done():
+            self._feeder.cancel()
+
+    async def _finish_tasks(self) -> None:
+        pending = [task for task in self._collectors if not task.done()]
+        if pending and self._exit_time is not None:
+            remaining = self._exit_time + self._grace_s - time.monotonic()
+            if remaining > 0:
+                await asyncio.wait(pending, timeout=remaining)
+        tasks = self._tasks()
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        for task in tasks:
+            if not task.cancelled() and task.exception() is not None:
+                _log.debug("process task failed", exc_info=task.exception())
+
+    def _close_transports(self) -> None:
+        for transport in self._transports:
+            with contextlib.suppress(Exception):
+                transport.close()
+
+
+async def _connect_reader(
+    loop: asyncio.AbstractEventLoop, pipe: IO[bytes]
+) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
+    reader = asyncio.StreamReader(loop=loop)
+    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    try:
+        transport, _ = await loop.connect_read_pipe(lambda: protocol, pipe)
+    except BaseException:
+        pipe.close()
+        raise
+    return reader, transport
+
+
+async def _connect_writer(loop: asyncio.AbstractEventLoop, pipe: IO[bytes]) -> asyncio.StreamWriter:
+    protocol = asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop)
+    try:
+        transport, _ = await loop.connect_write_pipe(lambda: protocol, pipe)
+    except BaseException:
+        pipe.close()
+        raise
+    return asyncio.StreamWriter(transport, protocol, None, loop)
+
+
+async def _feed(writer: asyncio.StreamWriter, data: bytes) -> None:
+    try:
+        if data:
+            writer.write(data)
+            await writer.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the child closed its stdin early: EPIPE is expected and ignored
+    finally:
+        writer.close()
+
+
+async def _collect(reader: asyncio.StreamReader, tail: _Tail) -> None:
+    while chunk := await reader.read(_READ_CHUNK):
+        tail.add(chunk)
+
+
+def _check_cwd(cwd: str | os.PathLike[str] | None) -> str | None:
+    if cwd is None:
+        return None
+    path = os.fspath(cwd)
+    if not Path(path).exists():
+        raise SpawnError("spawn failed: cwd does not exist")
+    if not Path(path).is_dir():
+        raise SpawnError("spawn failed: cwd is not a directory")
+    return path
+
+
+def _spawn_error(exc: OSError, cwd: str | None) -> SpawnError:
+    kind = type(exc).__name__
+    if cwd is not None and exc.filename == cwd:
+        return SpawnError(f"spawn failed: cannot enter cwd ({kind})")
+    if isinstance(exc, FileNotFoundError | NotADirectoryError):
+        return SpawnError("spawn failed: executable not found (argv[0])")
+    if isinstance(exc, PermissionError):
+        return SpawnError("spawn failed: executable not permitted (argv[0])")
+    return SpawnError(f"spawn failed: cannot execute argv[0] ({kind})")
+
+
+def _stream_arg(mode: StreamSpec) -> int | None:
+    if isinstance(mode, Collect) or mode == "pipe":
+        return subprocess.PIPE
+    return None if mode == "inherit" else subprocess.DEVNULL
+
+
+def _popen(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> subprocess.Popen[bytes]:
+    stdin = subprocess.DEVNULL if spec.stdin == "ignore" else subprocess.PIPE
+    try:
+        return subprocess.Popen(
+            list(spec.argv),
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            stdout=_stream_arg(spec.stdout),
+            stderr=_stream_arg(spec.stderr),
+            start_new_session=True,
+            close_fds=True,
+            bufsize=0,
+        )
+    except OSError as exc:
+        _log.debug("spawn failed", exc_info=True)
+        raise _spawn_error(exc, cwd) from exc
+    except ValueError as exc:
+        raise SpawnError("spawn failed: invalid argument") from exc
+
+
+async def launch(
+    spec: SpawnSpec,
+    *,
+    on_spawned: Callable[[ManagedProcess], None],
+    on_gone: Callable[[ManagedProcess], None],
+) -> ManagedProcess:
+    """Spawn ``spec`` and return its ManagedProcess (``on_spawned`` runs before any await)."""
+    loop = asyncio.get_running_loop()
+    marker = new_marker()
+    env = build_child_env(spec.env)
+    env[TREE_MARKER_ENV] = marker
+    cwd = _check_cwd(spec.cwd)
+    popen = _popen(spec, env, cwd)
+    tree = Tree(read_info(popen.pid), popen.pid, marker)
+    proc = ManagedProcess(popen=popen, spec=spec, tree=tree, loop=loop, on_gone=on_gone)
+    on_spawned(proc)
+    try:
+        await proc._start()
+    except BaseException:
+        proc._abort_start()
+        raise
+    return proc

@@ -1,0 +1,302 @@
+"""Process-table snapshots and guarded signalling.
+
+On Linux a snapshot reads ``/proc/<pid>/stat`` for every process and, once per new process (and
+again while it is young, in case it execs), ``/proc/<pid>/environ`` for the tree marker. Elsewhere
+psutil supplies the same facts without markers. Every function here blocks briefly; async callers
+run them through ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import psutil
+
+__all__ = [
+    "TREE_MARKER_ENV",
+    "ProcInfo",
+    "Snapshot",
+    "is_own",
+    "killpg",
+    "owner_create_time",
+    "read_info",
+    "scan",
+    "send_signal",
+]
+
+TREE_MARKER_ENV = "DSH_TREE_ID"
+"""The environment variable that carries a spawn's tree marker."""
+
+_IS_LINUX = sys.platform.startswith("linux")
+_HAS_PIDFD = _IS_LINUX and hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
+_NEEDLE = b"\0" + TREE_MARKER_ENV.encode() + b"="
+_MARKER_RECHECK_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProcInfo:
+    """One process. ``start`` is an opaque start token (clock ticks on Linux)."""
+
+    pid: int
+    ppid: int
+    pgrp: int
+    sid: int
+    start: float
+    zombie: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One look at the process table."""
+
+    taken: float
+    procs: dict[int, ProcInfo]
+    markers: dict[int, str]
+    """pid -> tree marker, for live, non-zombie processes of this user only."""
+    children: dict[int, list[int]]
+    groups: dict[int, list[int]]
+    """process-group id or session id -> pids in it."""
+
+
+def is_own(info: ProcInfo) -> bool:
+    """True for the calling process and anything in its process group or session."""
+    return info.pid == os.getpid() or info.pgrp == os.getpgrp() or info.sid == os.getsid(0)
+
+
+def _read_small(path: str) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _parse_stat(pid: int, data: bytes) -> ProcInfo | None:
+    try:
+        rest = data[data.rindex(b")") + 2 :].split()
+        return ProcInfo(
+            pid=pid,
+            ppid=int(rest[1]),
+            pgrp=int(rest[2]),
+            sid=int(rest[3]),
+            start=float(int(rest[19])),
+            zombie=rest[0] in (b"Z", b"X", b"x"),
+        )
+    except (ValueError, IndexError):
+        return None
+
+
+def _psutil_info(pid: int) -> ProcInfo | None:
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            return ProcInfo(
+                pid=pid,
+                ppid=int(proc.ppid()),
+                pgrp=os.getpgid(pid),
+                sid=os.getsid(pid),
+                start=float(proc.create_time()),
+                zombie=proc.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD),
+            )
+    except (psutil.Error, OSError):
+        return None
+
+
+def read_info(pid: int) -> ProcInfo | None:
+    """Facts about one process, or None when it does not exist."""
+    if _IS_LINUX:
+        data = _read_small(f"/proc/{pid}/stat")
+        return None if data is None else _parse_stat(pid, data)
+    return _psutil_info(pid)
+
+
+def _read_marker_linux(pid: int, uid: int) -> tuple[bool, str | None]:
+    """(readable, marker). Unreadable or other-user processes count as readable-without-marker."""
+    try:
+        fd = os.open(f"/proc/{pid}/environ", os.O_RDONLY)
+    except OSError:
+        return True, None
+    try:
+        if os.fstat(fd).st_uid != uid:
+            return True, None
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    except OSError:
+        return True, None
+    finally:
+        os.close(fd)
+    if not chunks:
+        return False, None
+    data = b"\0" + b"".join(chunks)
+    at = data.find(_NEEDLE)
+    if at < 0:
+        return True, None
+    begin = at + len(_NEEDLE)
+    end = data.find(b"\0", begin)
+    value = data[begin:] if end < 0 else data[begin:end]
+    return True, value.decode("ascii", "replace")
+
+
+def _read_marker_psutil(pid: int, uid: int) -> tuple[bool, str | None]:
+    try:
+        proc = psutil.Process(pid)
+        if proc.uids().effective != uid:
+            return True, None
+        value = proc.environ().get(TREE_MARKER_ENV)
+    except (psutil.Error, OSError):
+        return True, None
+    return True, value if isinstance(value, str) else None
+
+
+@dataclass(slots=True)
+class _MarkerEntry:
+    start: float
+    marker: str | None
+    first_seen: float
+
+
+class _MarkerCache:
+    """Tree markers by (pid, start), re-read while a process is young (an exec may change it)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, _MarkerEntry] = {}
+
+    def lookup(self, procs: dict[int, ProcInfo], now: float) -> dict[int, str]:
+        uid = os.geteuid()
+        read = _read_marker_linux if _IS_LINUX else _read_marker_psutil
+        fresh: dict[int, _MarkerEntry] = {}
+        markers: dict[int, str] = {}
+        for pid, info in procs.items():
+            entry = self.entries.get(pid)
+            if entry is not None and entry.start != info.start:
+                entry = None
+            if info.zombie or pid == 2 or info.ppid == 2:
+                if entry is not None:
+                    fresh[pid] = entry
+                continue
+            if entry is None or now - entry.first_seen < _MARKER_RECHECK_S:
+                readable, marker = read(pid, uid)
+                if entry is None:
+                    entry = _MarkerEntry(info.start, marker, now)
+                elif readable:
+                    entry.marker = marker
+            fresh[pid] = entry
+            if entry.marker is not None:
+                markers[pid] = entry.marker
+        self.entries = fresh
+        return markers
+
+
+_lock = threading.Lock()
+_cache = _MarkerCache()
+_last: Snapshot | None = None
+
+
+def _reset_after_fork() -> None:
+    global _lock, _cache, _last
+    _lock = threading.Lock()
+    _cache = _MarkerCache()
+    _last = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def _list_procs() -> dict[int, ProcInfo]:
+    procs: dict[int, ProcInfo] = {}
+    if _IS_LINUX:
+        with os.scandir("/proc") as entries:
+            for entry in entries:
+                if entry.name.isdigit():
+                    pid = int(entry.name)
+                    data = _read_small(f"/proc/{pid}/stat")
+                    info = None if data is None else _parse_stat(pid, data)
+                    if info is not None:
+                        procs[pid] = info
+        return procs
+    for pid in psutil.pids():
+        info = _psutil_info(pid)
+        if info is not None:
+            procs[pid] = info
+    return procs
+
+
+def scan(max_age: float = 0.0) -> Snapshot:
+    """A snapshot no older than ``max_age`` seconds (shared between callers)."""
+    global _last
+    with _lock:
+        now = time.monotonic()
+        if _last is not None and now - _last.taken <= max_age:
+            return _last
+        procs = _list_procs()
+        markers = _cache.lookup(procs, now)
+        children: dict[int, list[int]] = {}
+        groups: dict[int, list[int]] = {}
+        for pid, info in procs.items():
+            children.setdefault(info.ppid, []).append(pid)
+            groups.setdefault(info.pgrp, []).append(pid)
+            if info.sid != info.pgrp:
+                groups.setdefault(info.sid, []).append(pid)
+        _last = Snapshot(now, procs, markers, children, groups)
+        return _last
+
+
+def send_signal(info: ProcInfo, sig: int) -> bool:
+    """Signal exactly the process ``info`` describes; never a reused pid, never our own."""
+    if is_own(info) or info.pid <= 1:
+        return False
+    if _HAS_PIDFD:
+        try:
+            fd = os.pidfd_open(info.pid)
+        except OSError:
+            return False
+        try:
+            current = read_info(info.pid)
+            if current is None or current.start != info.start:
+                return False
+            signal.pidfd_send_signal(fd, sig)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+    current = read_info(info.pid)
+    if current is None or current.start != info.start:
+        return False
+    try:
+        os.kill(info.pid, sig)
+    except OSError:
+        return False
+    return True
+
+
+def killpg(pgid: int, sig: int) -> None:
+    """Signal a process group, unless it is ours or our session's."""
+    if pgid <= 1 or pgid == os.getpgrp() or pgid == os.getsid(0):
+        return
+    with contextlib.suppress(OSError):
+        os.killpg(pgid, sig)
+
+
+def owner_create_time(pid: int) -> float | None:
+    """The create time psutil reports for ``pid``, or None when it is gone or a zombie."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+            return None
+        return float(proc.create_time())
+    except (psutil.Error, OSError):
+        return None

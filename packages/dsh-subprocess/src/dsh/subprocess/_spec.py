@@ -1,0 +1,149 @@
+"""Value types: what to spawn, and what came back."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal as _signal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
+
+from dsh.subprocess.errors import SpawnError
+
+__all__ = [
+    "MAX_GRACE_MS",
+    "Collect",
+    "CollectedText",
+    "ProcessOutcome",
+    "SpawnSpec",
+    "StdinSpec",
+    "StreamSpec",
+]
+
+MAX_GRACE_MS = 2_147_483_647
+"""The largest accepted ``grace_ms``."""
+
+_ARGV_MESSAGE = "invalid argv: expected a non-empty program name at argv[0]"
+_GRACE_MESSAGE = "grace_ms must be a positive finite number no greater than 2147483647"
+
+
+@dataclass(frozen=True, slots=True)
+class Collect:
+    """Keep the last ``max_bytes`` bytes of a stream in memory."""
+
+    max_bytes: int
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.max_bytes, bool)
+            or not isinstance(self.max_bytes, int)
+            or self.max_bytes <= 0
+        ):
+            raise ValueError("Collect.max_bytes must be a positive integer")
+
+
+@dataclass(frozen=True, slots=True)
+class CollectedText:
+    """The bounded tail of a ``Collect`` stream, decoded as UTF-8 (invalid bytes replaced)."""
+
+    text: str
+    truncated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessOutcome:
+    """How the direct child ended: an exit code, or the name of the signal that killed it."""
+
+    exit_code: int | None
+    signal: str | None
+
+    @classmethod
+    def from_returncode(cls, returncode: int) -> ProcessOutcome:
+        if returncode >= 0:
+            return cls(exit_code=returncode, signal=None)
+        try:
+            name = _signal.Signals(-returncode).name
+        except ValueError:
+            name = f"SIG{-returncode}"
+        return cls(exit_code=None, signal=name)
+
+
+StreamSpec: TypeAlias = Literal["pipe", "inherit", "ignore"] | Collect
+StdinSpec: TypeAlias = Literal["pipe", "ignore"] | bytes
+
+
+@dataclass(frozen=True)
+class SpawnSpec:
+    """What to run. ``argv`` is never shell-interpreted.
+
+    ``env`` is an overlay applied after the scrub (see ``build_child_env``); ``None`` removes a
+    name. ``grace_ms`` is the SIGTERM-to-SIGKILL grace, and also bounds pipe draining after exit.
+    """
+
+    argv: Sequence[str]
+    cwd: str | os.PathLike[str] | None = None
+    env: Mapping[str, str | None] = field(default_factory=dict)
+    stdin: StdinSpec = "ignore"
+    stdout: StreamSpec = "pipe"
+    stderr: StreamSpec = "pipe"
+    grace_ms: float = 3000.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "argv", _check_argv(self.argv))
+        object.__setattr__(self, "grace_ms", _check_grace(self.grace_ms))
+        object.__setattr__(self, "env", _check_env(self.env))
+        stdin: object = self.stdin
+        if isinstance(stdin, bytearray | memoryview):
+            object.__setattr__(self, "stdin", bytes(stdin))
+        elif not (isinstance(stdin, bytes) or stdin in ("pipe", "ignore")):
+            raise ValueError("stdin must be 'pipe', 'ignore' or bytes")
+        for name in ("stdout", "stderr"):
+            value: object = getattr(self, name)
+            if not (isinstance(value, Collect) or value in ("pipe", "inherit", "ignore")):
+                raise ValueError(
+                    f"{name} must be 'pipe', 'inherit', 'ignore' or Collect(max_bytes)"
+                )
+        cwd: object = self.cwd
+        if cwd is not None and not isinstance(cwd, str | os.PathLike):
+            raise ValueError("cwd must be a path or None")
+
+
+def _check_argv(argv: object) -> tuple[str, ...]:
+    if isinstance(argv, str | bytes) or not isinstance(argv, Sequence):
+        if isinstance(argv, str | bytes) and not argv.strip():
+            raise SpawnError(_ARGV_MESSAGE)
+        raise SpawnError("invalid argv: expected a sequence of strings, not a single value")
+    items = tuple(argv)
+    if not items or not isinstance(items[0], str) or not items[0].strip():
+        raise SpawnError(_ARGV_MESSAGE)
+    for item in items:
+        if not isinstance(item, str):
+            raise SpawnError("invalid argv: every item must be a string")
+        if "\0" in item:
+            raise SpawnError("invalid argv: items must not contain NUL")
+    return items
+
+
+def _check_grace(grace_ms: object) -> float:
+    if isinstance(grace_ms, bool) or not isinstance(grace_ms, int | float):
+        raise ValueError(_GRACE_MESSAGE)
+    value = float(grace_ms)
+    if not math.isfinite(value) or not 0 < value <= MAX_GRACE_MS:
+        raise ValueError(_GRACE_MESSAGE)
+    return value
+
+
+def _check_env(env: object) -> Mapping[str, str | None]:
+    if not isinstance(env, Mapping):
+        raise ValueError("env must be a mapping of names to strings or None")
+    checked: dict[str, str | None] = {}
+    for name, value in env.items():
+        if not isinstance(name, str) or not name or "=" in name or "\0" in name:
+            raise ValueError("env names must be non-empty strings without '=' or NUL")
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"env value for {name!r} must be a string or None")
+        if value is not None and "\0" in value:
+            raise ValueError(f"env value for {name!r} must not contain NUL")
+        checked[name] = value
+    return checked

@@ -1,0 +1,127 @@
+"""Whole-tree membership and the signal tiers of one spawn.
+
+The tree of a spawn is the union of its process group and session, every descendant ever
+observed (keyed by pid and start token, so a reused pid never counts), and every process of this
+user whose environment carries the spawn's marker. "Gone" means no non-zombie member remains.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+from dsh.subprocess._procfs import ProcInfo, Snapshot, is_own, killpg, send_signal
+
+__all__ = ["Tree"]
+
+_Key = tuple[int, float]
+
+
+class Tree:
+    """Thread-safe membership state of one spawn's tree."""
+
+    def __init__(self, root: ProcInfo | None, pgid: int, marker: str) -> None:
+        self.pgid = pgid
+        self.marker = marker
+        self._lock = threading.Lock()
+        self._known: dict[int, float] = {}
+        self._alive: dict[int, ProcInfo] = {}
+        if root is not None:
+            self._known[root.pid] = root.start
+            self._alive[root.pid] = root
+        self._group_gone = False
+        self._termed: set[_Key] = set()
+        self._killed: set[_Key] = set()
+        self.gone = False
+        self.created = time.monotonic()
+
+    def _members(self, snap: Snapshot) -> dict[int, ProcInfo]:
+        procs = snap.procs
+        members: dict[int, ProcInfo] = {}
+        for pid, start in list(self._known.items()):
+            info = procs.get(pid)
+            if info is None or info.start != start:
+                del self._known[pid]
+            else:
+                members[pid] = info
+        if not self._group_gone:
+            group = snap.groups.get(self.pgid, ())
+            if not group:
+                # The id is free now and could be reused by an unrelated group: never use it again.
+                self._group_gone = True
+            for pid in group:
+                members[pid] = procs[pid]
+        for pid, marker in snap.markers.items():
+            if marker == self.marker:
+                members[pid] = procs[pid]
+        stack = list(members)
+        while stack:
+            for child in snap.children.get(stack.pop(), ()):
+                if child not in members:
+                    members[child] = procs[child]
+                    stack.append(child)
+        for pid, info in members.items():
+            self._known[pid] = info.start
+        return {pid: info for pid, info in members.items() if not info.zombie and not is_own(info)}
+
+    def _observe(self, snap: Snapshot) -> dict[int, ProcInfo]:
+        if self.gone:
+            return {}
+        if snap.taken < self.created:
+            return self._alive  # older than the spawn: it cannot show the tree
+        alive = self._members(snap)
+        self._alive = alive
+        if not alive:
+            self.gone = True
+        return alive
+
+    def observe(self, snap: Snapshot) -> bool:
+        """Record a snapshot; True once the whole tree is gone."""
+        with self._lock:
+            self._observe(snap)
+            return self.gone
+
+    def term_known(self) -> None:
+        """SIGTERM, once each, to the members seen in the latest snapshot (no scan)."""
+        with self._lock:
+            if not self.gone:
+                self._signal(self._alive, signal.SIGTERM, self._termed)
+
+    def term(self, snap: Snapshot) -> bool:
+        """Observe, then SIGTERM every member not yet sent one. True once gone."""
+        with self._lock:
+            alive = self._observe(snap)
+            self._signal(alive, signal.SIGTERM, self._termed)
+            return self.gone
+
+    def kill(self, snap: Snapshot) -> bool:
+        """Observe, then SIGKILL the group and every member not yet killed. True once gone."""
+        with self._lock:
+            alive = self._observe(snap)
+            if alive:
+                if not self._group_gone:
+                    killpg(self.pgid, signal.SIGKILL)
+                self._signal(alive, signal.SIGKILL, self._killed)
+            return self.gone
+
+    def kill_new(self, snap: Snapshot) -> bool:
+        """SIGKILL members never killed before; True when any such member was found."""
+        with self._lock:
+            alive = self._observe(snap)
+            fresh = {
+                pid: info for pid, info in alive.items() if (pid, info.start) not in self._killed
+            }
+            if fresh:
+                if not self._group_gone:
+                    killpg(self.pgid, signal.SIGKILL)
+                self._signal(fresh, signal.SIGKILL, self._killed)
+            return bool(fresh)
+
+    @staticmethod
+    def _signal(alive: dict[int, ProcInfo], sig: int, sent: set[_Key]) -> None:
+        for pid, info in alive.items():
+            key = (pid, info.start)
+            if key not in sent:
+                sent.add(key)
+                send_signal(info, sig)
