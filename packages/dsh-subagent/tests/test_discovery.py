@@ -1,0 +1,113 @@
+"""Entry-point discovery and load_provider."""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Mapping
+from importlib.metadata import EntryPoint
+from typing import Any, Literal
+
+import pydantic
+import pytest
+
+import dsh.subagent._discovery as discovery
+from dsh.subagent import (
+    NO_START_CAPABILITIES,
+    PROVIDER_ENTRY_POINT_GROUP,
+    SubagentError,
+    installed_provider_kinds,
+    load_provider,
+)
+from dsh.subagent.testing import FakeProvider
+
+
+class _Config(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+    provider_name: str = pydantic.Field(default="plug", min_length=1)
+    mode: Literal["a", "b"] = "a"
+
+
+class PluginProvider(FakeProvider):
+    @classmethod
+    def from_config(cls, mapping: Mapping[str, Any]) -> PluginProvider:
+        config = _Config.model_validate(mapping)
+        return cls(config.provider_name, capabilities=NO_START_CAPABILITIES)
+
+
+@pytest.fixture
+def plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = types.ModuleType("dsh_test_plugin_good")
+    module.PluginProvider = PluginProvider  # type: ignore[attr-defined]
+    module.NotAProvider = object  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "dsh_test_plugin_good", module)
+    group = PROVIDER_ENTRY_POINT_GROUP
+    points = [
+        EntryPoint("good", "dsh_test_plugin_good:PluginProvider", group),
+        EntryPoint("codex", "dsh_test_plugin_missing_module:CodexProvider", group),
+        EntryPoint("odd", "dsh_test_plugin_good:NotAProvider", group),
+        EntryPoint("good", "dsh_test_plugin_missing_module:Shadowed", group),
+    ]
+
+    def fake_entry_points(*, group: str) -> list[EntryPoint]:
+        assert group == PROVIDER_ENTRY_POINT_GROUP
+        return points
+
+    monkeypatch.setattr(discovery, "entry_points", fake_entry_points)
+
+
+@pytest.mark.usefixtures("plugins")
+def test_kinds_listed_without_importing() -> None:
+    assert installed_provider_kinds() == ("codex", "good", "odd")
+
+
+@pytest.mark.usefixtures("plugins")
+def test_load_good_despite_broken_neighbour() -> None:
+    provider = load_provider("good", {"provider_name": "mine"})
+    assert isinstance(provider, PluginProvider)
+    assert provider.name == "mine"
+    assert load_provider("good").name == "plug"
+
+
+@pytest.mark.usefixtures("plugins")
+def test_broken_plugin_is_reported() -> None:
+    with pytest.raises(SubagentError) as info:
+        load_provider("codex", {})
+    assert info.value.code == "PROVIDER_LOAD_FAILED"
+    assert 'pip install --force-reinstall "dsh-tool-subagent[codex]"' in str(info.value)
+    assert isinstance(info.value.__cause__, ImportError)
+    assert "dsh_test_plugin_missing_module" not in str(info.value)
+    with pytest.raises(SubagentError, match="from_config") as odd:
+        load_provider("odd", {})
+    assert odd.value.code == "PROVIDER_LOAD_FAILED"
+
+
+@pytest.mark.usefixtures("plugins")
+def test_unknown_kind_lists_installed_and_extra() -> None:
+    with pytest.raises(SubagentError) as info:
+        load_provider("claude-code", {})
+    message = str(info.value)
+    assert info.value.code == "UNKNOWN_PROVIDER_KIND"
+    assert "installed kinds: codex, good, odd" in message
+    assert 'pip install "dsh-tool-subagent[claude-code]"' in message
+    with pytest.raises(SubagentError, match=r"dsh-tool-subagent\[codex\]") as other:
+        load_provider("nope", {})
+    assert other.value.code == "UNKNOWN_PROVIDER_KIND"
+
+
+@pytest.mark.usefixtures("plugins")
+def test_invalid_config_names_field_not_value() -> None:
+    with pytest.raises(SubagentError) as info:
+        load_provider("good", {"mode": "SECRET-VALUE", "extra_field": 1})
+    message = str(info.value)
+    assert info.value.code == "INVALID_PROVIDER_CONFIG"
+    assert "mode:" in message
+    assert "extra_field:" in message
+    assert "SECRET-VALUE" not in message
+    assert isinstance(info.value.__cause__, pydantic.ValidationError)
+
+
+def test_real_metadata_group_is_readable() -> None:
+    kinds = installed_provider_kinds()
+    assert isinstance(kinds, tuple)
+    assert list(kinds) == sorted(kinds)

@@ -1,0 +1,36 @@
+"""A host program: spawns a TERM-ignoring tree via default_runtime, reports it, then exits.
+
+argv[1] == "exit": exit normally (status 3) after a line on stdin; "hang": sleep until killed.
+"""
+
+import asyncio
+import json
+import sys
+
+from dsh.subprocess import SpawnSpec, default_runtime
+
+CHILD = (
+    "import os, signal, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "if os.fork() == 0:\n"
+    "    time.sleep(60)\n"
+    "    os._exit(0)\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+async def main() -> None:
+    proc = await default_runtime().spawn(
+        SpawnSpec([sys.executable, "-c", CHILD], stdout="pipe", grace_ms=5000)
+    )
+    assert proc.stdout is not None
+    assert await proc.stdout.readline() == b"ready\n"
+    print(json.dumps({"tree_id": proc.tree_id, "pid": proc.pid}), flush=True)
+    if sys.argv[1] == "hang":
+        await asyncio.sleep(60)
+
+
+asyncio.run(main())
+sys.stdin.readline()
+sys.exit(3)
