@@ -8,7 +8,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from dsh.jobs import JobDone, JobOutcome, JobRegistry, JobsConfig, JobSnapshot, JobStatus
+from dsh.jobs import (
+    JobDone,
+    JobOutcome,
+    JobRegistry,
+    JobsConfig,
+    JobSnapshot,
+    JobStatus,
+    JobWork,
+)
 from dsh.jobs.errors import (
     ForeignJobError,
     JobArgumentError,
@@ -36,7 +44,7 @@ def answer(text: str) -> JobOutcome:
     return JobOutcome(JobStatus.COMPLETED, output=text)
 
 
-def blocked(gate: asyncio.Event, started: list[str] | None = None, name: str = "") -> object:
+def blocked(gate: asyncio.Event, started: list[str] | None = None, name: str = "") -> JobWork:
     async def work() -> JobOutcome:
         if started is not None:
             started.append(name)
@@ -50,11 +58,11 @@ async def test_ids_are_per_kind_sequences() -> None:
     async with JobRegistry() as jobs:
         gate = asyncio.Event()
         ids = [
-            jobs.start("subagent", "one", A, blocked(gate)),  # type: ignore[arg-type]
-            jobs.start("subagent", "two", A, blocked(gate)),  # type: ignore[arg-type]
-            jobs.start("shell", "three", A, blocked(gate)),  # type: ignore[arg-type]
-            jobs.start("subagent", "four", B, blocked(gate)),  # type: ignore[arg-type]
-            jobs.start("shell", "five", None, blocked(gate)),  # type: ignore[arg-type]
+            jobs.start("subagent", "one", A, blocked(gate)),
+            jobs.start("subagent", "two", A, blocked(gate)),
+            jobs.start("shell", "three", A, blocked(gate)),
+            jobs.start("subagent", "four", B, blocked(gate)),
+            jobs.start("shell", "five", None, blocked(gate)),
         ]
         assert ids == ["subagent-1", "subagent-2", "shell-1", "subagent-3", "shell-2"]
         gate.set()
@@ -65,10 +73,10 @@ async def test_empty_kind_and_label_are_rejected_in_order_without_an_id() -> Non
         gate = asyncio.Event()
         gate.set()
         with pytest.raises(JobArgumentError, match="kind"):
-            jobs.start("", "", A, blocked(gate))  # type: ignore[arg-type]
+            jobs.start("", "", A, blocked(gate))
         with pytest.raises(JobArgumentError, match="label"):
-            jobs.start("subagent", "  ", A, blocked(gate))  # type: ignore[arg-type]
-        assert jobs.start("subagent", "ok", A, blocked(gate)) == "subagent-1"  # type: ignore[arg-type]
+            jobs.start("subagent", "  ", A, blocked(gate))
+        assert jobs.start("subagent", "ok", A, blocked(gate)) == "subagent-1"
 
 
 async def test_eleventh_live_job_is_rejected_before_work_and_uses_no_id() -> None:
@@ -76,23 +84,23 @@ async def test_eleventh_live_job_is_rejected_before_work_and_uses_no_id() -> Non
         gates = [asyncio.Event() for _ in range(10)]
         started: list[str] = []
         for i, gate in enumerate(gates):
-            jobs.start("subagent", f"task {i}", A, blocked(gate, started, f"w{i}"))  # type: ignore[arg-type]
+            jobs.start("subagent", f"task {i}", A, blocked(gate, started, f"w{i}"))
         await asyncio.sleep(0)
         assert len(started) == 10
         with pytest.raises(JobLimitError) as info:
-            jobs.start("subagent", "too many", A, blocked(asyncio.Event(), started, "extra"))  # type: ignore[arg-type]
+            jobs.start("subagent", "too many", A, blocked(asyncio.Event(), started, "extra"))
         assert str(info.value) == LIMIT_MESSAGE
         await asyncio.sleep(0)
         assert "extra" not in started
         # Another owner is admitted; its id shows that the rejected start used none.
-        assert jobs.start("subagent", "other owner", B, blocked(gates[0])) == "subagent-11"  # type: ignore[arg-type]
+        assert jobs.start("subagent", "other owner", B, blocked(gates[0])) == "subagent-11"
         # A stopping job still counts against the limit.
         assert jobs.kill("subagent-1", A) == "requested"
         assert jobs.get("subagent-1", A).status is JobStatus.STOPPING
         with pytest.raises(JobLimitError):
-            jobs.start("subagent", "still too many", A, blocked(asyncio.Event()))  # type: ignore[arg-type]
+            jobs.start("subagent", "still too many", A, blocked(asyncio.Event()))
         await jobs.wait("subagent-1", 5, A)
-        assert jobs.start("subagent", "now fits", A, blocked(gates[1])) == "subagent-12"  # type: ignore[arg-type]
+        assert jobs.start("subagent", "now fits", A, blocked(gates[1])) == "subagent-12"
         for gate in gates:
             gate.set()
 
@@ -100,16 +108,16 @@ async def test_eleventh_live_job_is_rejected_before_work_and_uses_no_id() -> Non
 async def test_admission_limit_is_configurable() -> None:
     async with JobRegistry(JobsConfig(max_concurrent_jobs_per_owner=1)) as jobs:
         gate = asyncio.Event()
-        jobs.start("subagent", "one", A, blocked(gate))  # type: ignore[arg-type]
+        jobs.start("subagent", "one", A, blocked(gate))
         with pytest.raises(JobLimitError, match=r"\(limit: 1\)"):
-            jobs.start("subagent", "two", A, blocked(gate))  # type: ignore[arg-type]
+            jobs.start("subagent", "two", A, blocked(gate))
         gate.set()
 
 
 async def test_another_session_is_fenced_and_unknown_ids_are_named() -> None:
     async with JobRegistry() as jobs:
         gate = asyncio.Event()
-        job_id = jobs.start("subagent", "mine", A, blocked(gate))  # type: ignore[arg-type]
+        job_id = jobs.start("subagent", "mine", A, blocked(gate))
         message = f"job {job_id} belongs to another session"
         with pytest.raises(ForeignJobError) as read_info:
             jobs.read(job_id, B)
@@ -132,10 +140,10 @@ async def test_another_session_is_fenced_and_unknown_ids_are_named() -> None:
 async def test_unowned_jobs_are_visible_to_everyone_in_start_order() -> None:
     async with JobRegistry() as jobs:
         gate = asyncio.Event()
-        jobs.start("subagent", "a1", A, blocked(gate))  # type: ignore[arg-type]
-        jobs.start("shell", "free", None, blocked(gate))  # type: ignore[arg-type]
-        jobs.start("subagent", "b1", B, blocked(gate))  # type: ignore[arg-type]
-        jobs.start("subagent", "a2", A, blocked(gate))  # type: ignore[arg-type]
+        jobs.start("subagent", "a1", A, blocked(gate))
+        jobs.start("shell", "free", None, blocked(gate))
+        jobs.start("subagent", "b1", B, blocked(gate))
+        jobs.start("subagent", "a2", A, blocked(gate))
         assert [s.label for s in jobs.list(A)] == ["a1", "free", "a2"]
         assert [s.label for s in jobs.list(B)] == ["free", "b1"]
         gate.set()
@@ -144,7 +152,7 @@ async def test_unowned_jobs_are_visible_to_everyone_in_start_order() -> None:
 async def test_read_is_empty_while_live_then_final_output_and_reported() -> None:
     async with JobRegistry() as jobs:
         gate = asyncio.Event()
-        job_id = jobs.start("subagent", "x", A, blocked(gate, name="the answer"))  # type: ignore[arg-type]
+        job_id = jobs.start("subagent", "x", A, blocked(gate, name="the answer"))
         assert jobs.read(job_id, A) == ""
         assert jobs.get(job_id, A).reported is False
         gate.set()
@@ -194,13 +202,6 @@ async def test_kill_cancels_with_reason_and_first_settlement_wins() -> None:
 
 
 async def test_work_that_finishes_normally_after_a_kill_is_still_killed() -> None:
-    async def work() -> JobOutcome:
-        try:
-            await asyncio.Event().wait()
-        finally:
-            pass
-        return answer("unreachable")
-
     async def stubborn() -> JobOutcome:
         await asyncio.sleep(0)
         try:
@@ -217,13 +218,12 @@ async def test_work_that_finishes_normally_after_a_kill_is_still_killed() -> Non
         snap = await jobs.wait(job_id, 5, A)
         assert snap.status is JobStatus.KILLED
         assert jobs.read(job_id, A) == ""
-        del work
 
 
 async def test_kill_before_the_work_first_runs_settles_killed() -> None:
     started: list[str] = []
     async with JobRegistry() as jobs:
-        job_id = jobs.start("subagent", "x", A, blocked(asyncio.Event(), started, "w"))  # type: ignore[arg-type]
+        job_id = jobs.start("subagent", "x", A, blocked(asyncio.Event(), started, "w"))
         jobs.kill(job_id, A)
         snap = await jobs.wait(job_id, 5, A)
         assert snap.status is JobStatus.KILLED
@@ -233,7 +233,7 @@ async def test_kill_before_the_work_first_runs_settles_killed() -> None:
 async def test_wait_rejects_non_positive_timeouts_and_a_timeout_is_not_an_error() -> None:
     async with JobRegistry() as jobs:
         gate = asyncio.Event()
-        job_id = jobs.start("subagent", "x", A, blocked(gate))  # type: ignore[arg-type]
+        job_id = jobs.start("subagent", "x", A, blocked(gate))
         for bad in (0, -1, float("nan")):
             with pytest.raises(JobArgumentError):
                 await jobs.wait(job_id, bad, A)
@@ -249,7 +249,9 @@ async def test_notice_is_sent_only_for_unreported_owned_jobs() -> None:
         jobs.on_job_done(events.append)
         gates = {name: asyncio.Event() for name in ("plain", "read", "killed", "waited", "free")}
         ids = {
-            name: jobs.start("subagent", f"{name} label", None if name == "free" else A, blocked(gate, name=name))  # type: ignore[arg-type]
+            name: jobs.start(
+                "subagent", f"{name} label", None if name == "free" else A, blocked(gate, name=name)
+            )
             for name, gate in gates.items()
         }
         jobs.kill(ids["killed"], A)
@@ -276,17 +278,34 @@ async def test_notice_is_sent_only_for_unreported_owned_jobs() -> None:
         assert jobs.get(ids["read"], A).reported is True
 
 
-async def test_no_notice_after_a_terminal_read() -> None:
-    events: list[JobDone] = []
+async def test_pulled_notices_skip_read_killed_and_closed_jobs() -> None:
     async with JobRegistry() as jobs:
-        jobs.on_job_done(events.append)
-        job_id = jobs.start("subagent", "x", A, blocked(asyncio.Event()))  # type: ignore[arg-type]
-        await asyncio.sleep(0)
-        # Settle through a reading waiter: wait() to completion marks it reported first.
-        jobs.kill(job_id, A)
-        await jobs.wait(job_id, 5, A)
-        jobs.read(job_id, A)
-        assert [e.notice for e in events] == [None]
+        done = asyncio.Event()
+        done.set()
+        unread = jobs.start("subagent", "unread", A, blocked(done, name="u"))
+        read = jobs.start("subagent", "read", A, blocked(done, name="r"))
+        killed = jobs.start("subagent", "killed", A, blocked(asyncio.Event()))
+        jobs.start("subagent", "other", B, blocked(done, name="o"))
+        settled = asyncio.Event()
+        count: list[JobDone] = []
+
+        def on_done(event: JobDone) -> None:
+            count.append(event)
+            if len(count) == 4:
+                settled.set()
+
+        jobs.on_job_done(on_done)
+        jobs.kill(killed, A)
+        await asyncio.wait_for(settled.wait(), 5)
+        assert jobs.read(read, A) == "r"  # a terminal read: no notice afterwards
+        assert jobs.take_notices(A) == [
+            f"background job {unread} (subagent: unread) finished [status: completed]."
+            " Read its output with job_output."
+        ]
+        assert jobs.take_notices(A) == []  # each notice is taken once
+        await jobs.close_owner(B)  # owner close drops the record: no notice
+        assert jobs.take_notices(B) == []
+        assert jobs.take_notices(None) == []
 
 
 async def test_failed_notice_carries_the_detail() -> None:
@@ -296,10 +315,15 @@ async def test_failed_notice_carries_the_detail() -> None:
         return JobOutcome(JobStatus.FAILED, detail="error; diagnostic: nope")
 
     async with JobRegistry() as jobs:
-        jobs.on_job_done(events.append)
+        settled = asyncio.Event()
+
+        def on_done(event: JobDone) -> None:
+            events.append(event)
+            settled.set()
+
+        jobs.on_job_done(on_done)
         job_id = jobs.start("subagent", "fix it", A, work)
-        while not events:
-            await asyncio.sleep(0.001)
+        await asyncio.wait_for(settled.wait(), 5)
         assert events[0].notice == (
             f"background job {job_id} (subagent: fix it) finished "
             "[status: failed, error; diagnostic: nope]. Read its output with job_output."
@@ -312,7 +336,7 @@ async def test_listeners_run_last_are_contained_and_can_unsubscribe(
     order: list[str] = []
     async with JobRegistry() as jobs:
         gate = asyncio.Event()
-        job_id = jobs.start("subagent", "x", A, blocked(gate, name="out"))  # type: ignore[arg-type]
+        job_id = jobs.start("subagent", "x", A, blocked(gate, name="out"))
 
         def raising(event: JobDone) -> None:
             order.append("raising")
@@ -344,7 +368,7 @@ async def test_close_owner_cancels_awaits_exit_and_drops_records() -> None:
     events: list[JobDone] = []
     exited: list[str] = []
 
-    def slow_exit(name: str) -> object:
+    def slow_exit(name: str) -> JobWork:
         async def work() -> JobOutcome:
             try:
                 await asyncio.Event().wait()
@@ -357,11 +381,11 @@ async def test_close_owner_cancels_awaits_exit_and_drops_records() -> None:
 
     async with JobRegistry() as jobs:
         jobs.on_job_done(events.append)
-        a1 = jobs.start("subagent", "a1", A, slow_exit("a1"))  # type: ignore[arg-type]
-        b1 = jobs.start("subagent", "b1", B, slow_exit("b1"))  # type: ignore[arg-type]
+        a1 = jobs.start("subagent", "a1", A, slow_exit("a1"))
+        b1 = jobs.start("subagent", "b1", B, slow_exit("b1"))
         done_gate = asyncio.Event()
         done_gate.set()
-        a2 = jobs.start("subagent", "a2", A, blocked(done_gate, name="a2"))  # type: ignore[arg-type]
+        a2 = jobs.start("subagent", "a2", A, blocked(done_gate, name="a2"))
         await jobs.wait(a2, 5, A)
         await asyncio.sleep(0)
         await jobs.close_owner(A)
@@ -377,7 +401,7 @@ async def test_close_owner_cancels_awaits_exit_and_drops_records() -> None:
         assert jobs.list(B) == []
         assert all(e.notice is None for e in events)
         with pytest.raises(JobRegistryClosedError):
-            jobs.start("subagent", "late", A, slow_exit("late"))  # type: ignore[arg-type]
+            jobs.start("subagent", "late", A, slow_exit("late"))
 
 
 def test_outcome_must_be_terminal_and_snapshot_status_line() -> None:

@@ -171,7 +171,6 @@ class JobRegistry:
         notice = None
         if not job.reported and job.owner_session is not None:
             notice = completion_notice(snapshot)
-            job.noticed = True
         event = JobDone(snapshot=snapshot, notice=notice)
         for listener in tuple(self._listeners):
             try:
@@ -197,11 +196,11 @@ class JobRegistry:
         return unsubscribe
 
     def take_notices(self, caller: JobOwner | None) -> list[str]:
-        """Pull form of the completion notices: one per settled, unreported, owned job of
-        ``caller`` that has not had its notice yet (pushed through a listener or taken here).
+        """Pull form of the completion notices: one per settled, unreported job of ``caller``
+        not already taken here. ``JobDone.notice`` is the push form; a host uses one of the two.
 
         A host that delivers notices between model turns calls this; a job the model already
-        read, waited to completion or killed yields none.
+        read, waited to completion or killed by then yields none.
         """
         session = _session_of(caller)
         notices = []

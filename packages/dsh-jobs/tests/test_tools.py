@@ -1,0 +1,156 @@
+"""The job tools: exact model-visible texts, schemas, validation and ownership."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from dsh.jobs import JobOutcome, JobRegistry, JobsConfig, JobStatus
+from dsh.jobs.tools import (
+    JOB_TOOL_NAMES,
+    JobKillTool,
+    JobListTool,
+    JobOutputTool,
+    ToolResult,
+    job_tools,
+    to_anthropic_tool,
+    to_openai_tool,
+)
+
+
+@dataclass(frozen=True)
+class Caller:
+    session_id: str
+    cwd: str | None = None
+
+
+A = Caller("a")
+B = Caller("b")
+
+
+async def test_job_output_wait_returns_answer_and_status_twice() -> None:
+    async with JobRegistry() as jobs:
+        output, _, _ = job_tools(jobs)
+
+        async def work() -> JobOutcome:
+            await asyncio.sleep(0.02)
+            return JobOutcome(JobStatus.COMPLETED, output="the answer")
+
+        job_id = jobs.start("subagent", "task", A, work)
+        first = await output.call({"job_id": job_id, "wait": True}, A)
+        second = await output.call({"job_id": job_id, "wait": True}, A)
+        assert first.text == "the answer\n[status: completed]"
+        assert second.text == first.text
+        assert first.is_error is False
+        assert first.value is not None
+        assert first.value["status"] == "completed"
+
+
+async def test_job_output_without_wait_does_not_block_and_timeout_is_not_error() -> None:
+    async with JobRegistry(JobsConfig(wait_timeout_ms=20)) as jobs:
+        output, _, kill = job_tools(jobs)
+        job_id = jobs.start("subagent", "task", A, asyncio.Event().wait)  # type: ignore[arg-type]
+        now = await output.call({"job_id": job_id}, A)
+        assert now == ToolResult(now.text, False, now.value)
+        assert now.text == "(no new output)\n[status: running]"
+        waited = await output.call({"job_id": job_id, "wait": True, "timeout_ms": 10}, A)
+        assert waited.text == "(no new output)\n[status: running]"
+        assert waited.is_error is False
+        defaulted = await output.call({"job_id": job_id, "wait": True}, A)
+        assert defaulted.text.endswith("[status: running]")
+        killed = await kill.call({"job_id": job_id, "reason": "done with it"}, A)
+        assert killed.text == f"requested cancellation of job {job_id}"
+        snap = await jobs.wait(job_id, 5, A)
+        assert snap.status is JobStatus.KILLED
+        again = await kill.call({"job_id": job_id}, A)
+        assert again.text == f"job {job_id} had already finished [status: killed, done with it]"
+        final = await output.call({"job_id": job_id}, A)
+        assert final.text == "(no new output)\n[status: killed, done with it]"
+
+
+async def test_job_list_lines() -> None:
+    async with JobRegistry() as jobs:
+        _, listing, _ = job_tools(jobs)
+        empty = await listing.call({}, A)
+        assert empty.text == "(no background jobs)"
+        gate = asyncio.Event()
+
+        async def work() -> JobOutcome:
+            await gate.wait()
+            return JobOutcome(JobStatus.COMPLETED, output="x")
+
+        jobs.start("subagent", "fix the tests", A, work)
+        jobs.start("shell", "build", A, work)
+        jobs.start("subagent", "not mine", B, work)
+        result = await listing.call({}, A)
+        assert result.text == (
+            "subagent-1 [subagent] running — fix the tests\nshell-1 [shell] running — build"
+        )
+        gate.set()
+
+
+async def test_validation_and_ownership_errors() -> None:
+    async with JobRegistry() as jobs:
+        output, listing, kill = job_tools(jobs)
+        job_id = jobs.start("subagent", "task", A, asyncio.Event().wait)  # type: ignore[arg-type]
+        cases: list[tuple[JobOutputTool | JobListTool | JobKillTool, dict[str, Any], str]] = [
+            (output, {}, 'invalid arguments: missing required field "job_id"'),
+            (
+                output,
+                {"job_id": ""},
+                'invalid arguments: field "job_id" must be a non-empty string',
+            ),
+            (
+                output,
+                {"job_id": job_id, "wait": 1},
+                'invalid arguments: field "wait" must be a boolean',
+            ),
+            (
+                output,
+                {"job_id": job_id, "timeout_ms": 0},
+                'invalid arguments: field "timeout_ms" must be greater than 0',
+            ),
+            (
+                output,
+                {"job_id": job_id, "follow": True},
+                'invalid arguments: unknown field "follow"',
+            ),
+            (listing, {"all": True}, 'invalid arguments: unknown field "all"'),
+            (kill, {"reason": "x"}, 'invalid arguments: missing required field "job_id"'),
+            (output, {"job_id": "subagent-9"}, "unknown job subagent-9"),
+            (kill, {"job_id": "nope-1"}, "unknown job nope-1"),
+        ]
+        for tool, arguments, text in cases:
+            result = await tool.call(arguments, A)
+            assert (result.text, result.is_error) == (text, True), arguments
+        for tool in (output, kill):
+            foreign = await tool.call({"job_id": job_id}, B)
+            assert foreign.text == f"job {job_id} belongs to another session"
+            assert foreign.is_error is True
+        assert jobs.get(job_id, A).status is JobStatus.RUNNING
+
+
+def test_schemas_descriptions_and_exports() -> None:
+    jobs = JobRegistry()
+    tools = job_tools(jobs)
+    assert tuple(t.name for t in tools) == JOB_TOOL_NAMES
+    output, listing, kill = tools
+    assert isinstance(output, JobOutputTool)
+    assert isinstance(listing, JobListTool)
+    assert isinstance(kill, JobKillTool)
+    assert output.input_schema["required"] == ["job_id"]
+    assert sorted(output.input_schema["properties"]) == ["job_id", "timeout_ms", "wait"]
+    assert sorted(kill.input_schema["properties"]) == ["job_id", "reason"]
+    assert listing.input_schema["properties"] == {}
+    for tool in tools:
+        assert tool.input_schema["additionalProperties"] is False
+        assert to_openai_tool(tool) == tool.to_openai_tool()
+        assert to_openai_tool(tool)["function"]["name"] == tool.name
+        assert to_anthropic_tool(tool)["input_schema"] == tool.input_schema
+    output.input_schema["required"].append("mutated")
+    assert output.input_schema["required"] == ["job_id"]
+    assert "wait: true" in output.description
+    assert "[status: ...]" in output.description
+    assert "returns at once" in kill.description.lower()
+    assert "killed" in kill.description

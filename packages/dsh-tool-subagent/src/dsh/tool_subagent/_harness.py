@@ -1,0 +1,234 @@
+"""Profiles (TOML, validated with pydantic) and the ``Harness`` they build."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field
+
+from dsh.jobs import JobRegistry, JobsConfig
+from dsh.jobs.tools import JobKillTool, JobListTool, JobOutputTool, job_tools
+from dsh.subagent import (
+    SubagentError,
+    SubagentEvent,
+    SubagentService,
+    SubagentStarted,
+    installed_provider_kinds,
+    load_provider,
+)
+from dsh.tool_subagent._tool import SubagentTool, SubagentToolConfig
+from dsh.tool_subagent.errors import MountError, ProfileError
+
+__all__ = ["Harness", "ProfileModel", "ProviderEntry", "default_profile"]
+
+logger = logging.getLogger("dsh.tool_subagent")
+
+
+class ProviderEntry(BaseModel):
+    """One ``[[provider]]`` row: an entry-point ``kind`` and its provider ``config``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str = Field(min_length=1)
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class ProfileModel(BaseModel):
+    """A whole profile: providers, delegation tools and the job stack."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    provider: list[ProviderEntry] = Field(default_factory=list)
+    tool: list[SubagentToolConfig] = Field(default_factory=list)
+    jobs: JobsConfig = Field(default_factory=JobsConfig)
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(profile)"
+
+
+def _problems(error: pydantic.ValidationError, prefix: tuple[int | str, ...] = ()) -> str:
+    lines = []
+    for detail in error.errors(include_url=False, include_input=False, include_context=False):
+        lines.append(f"{_location(prefix + tuple(detail['loc']))}: {detail['msg']}")
+    return "; ".join(lines)
+
+
+def default_profile() -> dict[str, Any]:
+    """Every installed provider kind under its default name, one tool each, and the job stack."""
+    providers = [{"kind": kind} for kind in installed_provider_kinds()]
+    return {"provider": providers, "jobs": {}}
+
+
+def _default_tool_name(provider_name: str) -> str:
+    return "subagent_" + provider_name.replace("-", "_")
+
+
+class Harness:
+    """Providers (``subagents``), the job stack (``jobs``) and the model-visible ``tools``."""
+
+    def __init__(
+        self,
+        subagents: SubagentService,
+        jobs: JobRegistry,
+        tools: tuple[Any, ...],
+        kinds: dict[str, str],
+    ) -> None:
+        self.subagents = subagents
+        self.jobs = jobs
+        self.tools = tools
+        self._kinds = kinds
+        self._starts = 0
+        self._unsubscribe = subagents.subscribe(self._count)
+
+    def _count(self, event: SubagentEvent) -> None:
+        if isinstance(event, SubagentStarted):
+            self._starts += 1
+
+    @property
+    def delegation_tools(self) -> tuple[SubagentTool, ...]:
+        return tuple(t for t in self.tools if isinstance(t, SubagentTool))
+
+    def tool(self, name: str) -> Any:
+        for tool in self.tools:
+            if tool.name == name:
+                return tool
+        raise KeyError(name)
+
+    @classmethod
+    def from_profile(
+        cls, profile: str | os.PathLike[str] | Mapping[str, Any] | None = None
+    ) -> Self:
+        """Build a harness from a TOML file, a mapping, or (``None``) the default profile.
+
+        Building starts no process. Errors raise :class:`ProfileError` naming table, index, field.
+        """
+        data: Mapping[str, Any]
+        is_default = profile is None
+        if profile is None:
+            data = default_profile()
+        elif isinstance(profile, Mapping):
+            data = profile
+        else:
+            try:
+                data = tomllib.loads(Path(profile).read_text(encoding="utf-8"))
+            except OSError as exc:
+                raise ProfileError("profile: the file cannot be read") from exc
+            except tomllib.TOMLDecodeError as exc:
+                raise ProfileError(f"profile: invalid TOML ({exc})") from exc
+        try:
+            model = ProfileModel.model_validate(data)
+        except pydantic.ValidationError as exc:
+            raise ProfileError(_problems(exc)) from exc
+        service = SubagentService()
+        kinds: dict[str, str] = {}
+        for index, entry in enumerate(model.provider):
+            try:
+                provider = load_provider(entry.kind, entry.config)
+            except SubagentError as exc:
+                cause = exc.__cause__
+                if isinstance(cause, pydantic.ValidationError):
+                    raise ProfileError(_problems(cause, ("provider", index, "config"))) from exc
+                raise ProfileError(f"provider[{index}].kind: {exc}") from exc
+            try:
+                service.register(provider)
+            except SubagentError as exc:
+                raise ProfileError(f"provider[{index}].config.provider_name: {exc}") from exc
+            kinds[provider.name] = entry.kind
+        tool_configs = list(model.tool)
+        if is_default or (not tool_configs and "tool" not in data):
+            tool_configs = [
+                SubagentToolConfig(
+                    provider=name, tool_name=_default_tool_name(name), max_depth="provider-managed"
+                )
+                for name in service.names()
+            ]
+        jobs = JobRegistry(model.jobs)
+        tools: list[Any] = []
+        seen: set[str] = {"job_output", "job_list", "job_kill"}
+        for index, config in enumerate(tool_configs):
+            if config.tool_name in seen:
+                raise ProfileError(
+                    f'tool[{index}].tool_name: "{config.tool_name}" is already used in this harness'
+                )
+            seen.add(config.tool_name)
+            try:
+                tools.append(SubagentTool(config, service, jobs))
+            except MountError as exc:
+                field = "max_depth" if "max_depth" in str(exc) else "provider"
+                raise ProfileError(f"tool[{index}].{field}: {exc}") from exc
+        tools.extend(job_tools(jobs))
+        return cls(service, jobs, tuple(tools), kinds)
+
+    def describe(self) -> dict[str, Any]:
+        """The composition check, as JSON-ready data."""
+        providers = []
+        for name in self.subagents.names():
+            provider = self.subagents.get(name)
+            assert provider is not None
+            caps = provider.capabilities
+            providers.append(
+                {
+                    "name": name,
+                    "kind": self._kinds.get(name),
+                    "capabilities": {
+                        "output_schema": caps.output_schema,
+                        "depth_limit": caps.depth_limit,
+                        "tool_filter": caps.tool_filter,
+                        "persona": caps.persona,
+                    },
+                    "inherits_parent_context": provider.inherits_parent_context,
+                }
+            )
+        tools = []
+        for tool in self.delegation_tools:
+            schema = tool.input_schema
+            tools.append(
+                {
+                    "name": tool.name,
+                    "provider": tool.config.provider,
+                    "parameters": sorted(schema["properties"]),
+                    "required": list(schema["required"]),
+                }
+            )
+        job_tool_names = [
+            t.name for t in self.tools if isinstance(t, JobOutputTool | JobListTool | JobKillTool)
+        ]
+        return {
+            "providers": providers,
+            "tools": tools,
+            "job_tools": job_tool_names,
+            "starts": self._starts,
+        }
+
+    async def aclose(self) -> None:
+        """Close the jobs (their runs tear down first), then the subagent service."""
+        try:
+            await self.jobs.aclose()
+        finally:
+            self._unsubscribe()
+            await self.subagents.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

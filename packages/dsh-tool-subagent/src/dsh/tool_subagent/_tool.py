@@ -1,0 +1,269 @@
+"""The ``Tool`` protocol, ``Caller`` and the model-visible delegation tool ``SubagentTool``."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dsh.jobs import JobOutcome, JobRegistry, JobStatus
+from dsh.jobs.tools import ToolResult, to_anthropic_tool, to_openai_tool, validate_arguments
+from dsh.subagent import (
+    Parent,
+    StopReason,
+    SubagentError,
+    SubagentResult,
+    SubagentService,
+    SubagentStartRequest,
+    TextBlock,
+)
+from dsh.tool_subagent.errors import MountError
+
+__all__ = ["Caller", "SubagentTool", "SubagentToolConfig", "Tool", "failure_text"]
+
+logger = logging.getLogger("dsh.tool_subagent")
+
+BACKGROUND_DISABLED = "run_in_background is disabled for this tool instance"
+
+_HEADLINES = {
+    StopReason.ABORTED: "subagent run was cancelled",
+    StopReason.ERROR: "subagent run failed",
+    StopReason.MAX_TOKENS: "subagent run hit its token limit before finishing",
+    StopReason.REFUSAL: "subagent declined the task",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """The calling agent session; the owner of the Jobs it starts."""
+
+    session_id: str
+    cwd: str | None = None
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """A model-visible tool; ``input_schema`` is JSON Schema (``additionalProperties: false``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def input_schema(self) -> dict[str, Any]: ...
+
+    async def call(self, arguments: Mapping[str, Any], caller: Caller) -> ToolResult: ...
+
+
+class SubagentToolConfig(BaseModel):
+    """One ``[[tool]]`` row of a profile."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    provider: str = Field(min_length=1)
+    tool_name: str = Field(
+        default="subagent", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$"
+    )
+    enable_run_in_background: bool = True
+    background_mode: Literal["one-shot"] = "one-shot"
+    max_depth: int | Literal["provider-managed"] = Field(default=3)
+
+    def model_post_init(self, context: Any, /) -> None:
+        if isinstance(self.max_depth, int) and self.max_depth < 0:
+            raise ValueError('max_depth must be an int >= 0 or "provider-managed"')
+
+
+def _safe(exc: BaseException) -> str:
+    if isinstance(exc, SubagentError):
+        return str(exc)
+    return type(exc).__name__
+
+
+def failure_text(result: SubagentResult) -> str:
+    """The model-visible text of a non-completed result."""
+    reason = result.stop_reason
+    headline = _HEADLINES.get(reason) if isinstance(reason, StopReason) else None
+    text = headline or f"subagent run ended abnormally ({reason})"
+    if result.diagnostic:
+        text += "\nDiagnostic: " + result.diagnostic
+    if result.text:
+        text += "\nPartial output before the run ended:\n" + result.text
+    return text
+
+
+class SubagentTool:
+    """Delegates one self-contained task to a registered provider, in the foreground or as a Job."""
+
+    def __init__(
+        self, config: SubagentToolConfig, service: SubagentService, jobs: JobRegistry
+    ) -> None:
+        provider = service.get(config.provider)
+        if provider is None:
+            raise MountError(
+                f'tool "{config.tool_name}": no subagent provider registered'
+                f' for "{config.provider}"'
+            )
+        if isinstance(config.max_depth, int) and not provider.capabilities.depth_limit:
+            raise MountError(
+                f'provider "{config.provider}" cannot enforce max_depth (no depth_limit capability)'
+                ' — set max_depth = "provider-managed"'
+            )
+        self.config = config
+        self.service = service
+        self.jobs = jobs
+        self.inherits_parent_context = provider.inherits_parent_context
+        self.name = config.tool_name
+        self.description = self._describe()
+        self._schema = self._build_schema()
+
+    def _describe(self) -> str:
+        parts = ["Delegate a self-contained task to a subagent."]
+        if not self.inherits_parent_context:
+            parts.append(
+                "The subagent works in its own context: it does not see this conversation, so the"
+                " prompt must be complete and standalone (goal, relevant files, constraints, what"
+                " to return). It returns only its final result."
+            )
+        if self.config.enable_run_in_background:
+            parts.append(
+                "This call waits for the result by default. Set run_in_background: true to return"
+                " a job id; collect with job_output and stop with job_kill."
+            )
+        return " ".join(parts)
+
+    def _build_schema(self) -> dict[str, Any]:
+        properties: dict[str, Any] = {
+            "description": {
+                "type": "string",
+                "minLength": 1,
+                "description": "A short 3-5 word label for the task.",
+            },
+            "prompt": {
+                "type": "string",
+                "minLength": 1,
+                "description": "The complete, self-contained task for the subagent.",
+            },
+        }
+        if self.config.enable_run_in_background:
+            properties["run_in_background"] = {
+                "type": "boolean",
+                "description": "Return a job id at once instead of waiting (default false).",
+            }
+        return {
+            "type": "object",
+            "properties": properties,
+            "required": ["description", "prompt"],
+            "additionalProperties": False,
+        }
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        return copy.deepcopy(self._schema)
+
+    def to_openai_tool(self) -> dict[str, Any]:
+        return to_openai_tool(self)
+
+    def to_anthropic_tool(self) -> dict[str, Any]:
+        return to_anthropic_tool(self)
+
+    def _request(self, description: str, prompt: str, caller: Caller) -> SubagentStartRequest:
+        depth = self.config.max_depth
+        return SubagentStartRequest(
+            prompt=(TextBlock(prompt),),
+            parent=Parent(session_id=caller.session_id, cwd=caller.cwd),
+            label=description,
+            max_depth=depth if isinstance(depth, int) else None,
+        )
+
+    async def call(self, arguments: Mapping[str, Any], caller: Caller) -> ToolResult:
+        if not self.config.enable_run_in_background and isinstance(arguments, Mapping):
+            if arguments.get("run_in_background") is True:
+                return ToolResult(text=BACKGROUND_DISABLED, is_error=True)
+            if arguments.get("run_in_background") is False:
+                arguments = {k: v for k, v in arguments.items() if k != "run_in_background"}
+        problem = validate_arguments(self._schema, arguments)
+        if problem is not None:
+            return ToolResult(text=problem, is_error=True)
+        request = self._request(arguments["description"], arguments["prompt"], caller)
+        if arguments.get("run_in_background", False):
+            return self._background(request, arguments["description"], caller)
+        return await self._foreground(request)
+
+    async def _foreground(self, request: SubagentStartRequest) -> ToolResult:
+        try:
+            run = await self.service.start(self.config.provider, request)
+        except SubagentError as exc:
+            logger.debug("subagent start failed", exc_info=exc)
+            return ToolResult(text=_safe(exc), is_error=True)
+        dispose: str | None = None
+        try:
+            result = await run.result()
+        finally:
+            try:
+                await run.aclose()
+            except Exception as exc:
+                logger.debug("subagent dispose failed", exc_info=exc)
+                dispose = _safe(exc)
+        value = {"stop_reason": str(result.stop_reason), "diagnostic": result.diagnostic}
+        if result.stop_reason == StopReason.COMPLETED:
+            if dispose is None:
+                return ToolResult(text=result.text, value=value)
+            text = f"subagent run completed; dispose failed: {dispose}\n{result.text}"
+            return ToolResult(text=text, is_error=True, value=value)
+        text = failure_text(result)
+        if dispose is not None:
+            first, sep, rest = text.partition("\n")
+            text = f"{first}; dispose failed: {dispose}{sep}{rest}"
+        return ToolResult(text=text, is_error=True, value=value)
+
+    def _background(self, request: SubagentStartRequest, label: str, caller: Caller) -> ToolResult:
+        async def work() -> JobOutcome:
+            try:
+                run = await self.service.start(self.config.provider, request)
+            except SubagentError as exc:
+                logger.debug("background subagent start failed", exc_info=exc)
+                return JobOutcome(JobStatus.FAILED, detail=_safe(exc))
+            dispose: str | None = None
+            try:
+                result = await run.result()
+            finally:
+                try:
+                    await run.aclose()
+                except Exception as exc:
+                    logger.debug("background subagent dispose failed", exc_info=exc)
+                    dispose = _safe(exc)
+            suffix = f"; dispose failed: {dispose}" if dispose else ""
+            reason = result.stop_reason
+            if reason == StopReason.COMPLETED:
+                if dispose:
+                    return JobOutcome(
+                        JobStatus.FAILED, detail=f"completed{suffix}", output=result.text
+                    )
+                return JobOutcome(JobStatus.COMPLETED, output=result.text)
+            if reason == StopReason.ABORTED:
+                return JobOutcome(JobStatus.KILLED, detail=(suffix[2:] or None), output=result.text)
+            detail = str(reason)
+            if result.diagnostic:
+                detail += f"; diagnostic: {result.diagnostic}"
+            return JobOutcome(JobStatus.FAILED, detail=detail + suffix, output=result.text)
+
+        try:
+            job_id = self.jobs.start("subagent", label, caller, work)
+        except Exception as exc:
+            from dsh.jobs.errors import JobError
+
+            if isinstance(exc, JobError):
+                return ToolResult(text=str(exc), is_error=True)
+            raise
+        return ToolResult(
+            text=f"started background subagent job {job_id}", value={"job_id": job_id}
+        )
+
+    def __repr__(self) -> str:
+        return f"<SubagentTool {self.name} provider={self.config.provider!r}>"

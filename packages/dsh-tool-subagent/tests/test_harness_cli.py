@@ -1,0 +1,267 @@
+"""Profiles, Harness.describe(), the default profile and the dsh command's exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import pytest
+
+from dsh.subagent import (
+    FailureFacts,
+    StopReason,
+    SubagentError,
+    SubagentResult,
+    installed_provider_kinds,
+)
+from dsh.subagent.testing import FakeProvider
+from dsh.tool_subagent import Harness, default_profile
+from dsh.tool_subagent import _harness as harness_module
+from dsh.tool_subagent._cli import main, run_command
+from dsh.tool_subagent.errors import ProfileError
+
+BUILT: list[FakeProvider] = []
+
+
+class FakeConfig(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
+    provider_name: str = "fake"
+    permission_mode: str = pydantic.Field(default="default", pattern="^(default|dangerous)$")
+    outcome: str = "echo"
+
+
+def fake_load_provider(kind: str, config: Any = None) -> FakeProvider:
+    """Stands in for entry-point loading: kind "fake" builds a FakeProvider from a config."""
+    if kind != "fake":
+        raise SubagentError(f'no subagent provider kind "{kind}" is installed', code="UNKNOWN")
+    try:
+        parsed = FakeConfig.model_validate(dict(config or {}))
+    except pydantic.ValidationError as exc:
+        raise SubagentError("invalid config", code="INVALID_PROVIDER_CONFIG") from exc
+    failures = {
+        "error": FailureFacts(product="Codex", stage="turn", category="internalServerError"),
+    }
+    if parsed.outcome == "hang":
+        provider = FakeProvider(parsed.provider_name, delay=None)
+        BUILT.append(provider)
+        return provider
+    if parsed.outcome == "refusal":
+        return FakeProvider(parsed.provider_name, result=SubagentResult(StopReason.REFUSAL))
+    return FakeProvider(parsed.provider_name, failure=failures.get(parsed.outcome))
+
+
+@pytest.fixture
+def fake_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(harness_module, "load_provider", fake_load_provider)
+
+
+PROFILE = """
+[[provider]]
+kind = "fake"
+[provider.config]
+provider_name = "fake-primary"
+
+[[provider]]
+kind = "fake"
+
+[[tool]]
+provider = "fake-primary"
+tool_name = "subagent_primary"
+max_depth = "provider-managed"
+
+[jobs]
+max_concurrent_jobs_per_owner = 4
+"""
+
+
+@pytest.mark.usefixtures("fake_kind")
+async def test_profile_builds_and_describes(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(PROFILE)
+    async with Harness.from_profile(path) as harness:
+        assert harness.subagents.names() == ("fake-primary", "fake")
+        assert [t.name for t in harness.tools] == [
+            "subagent_primary",
+            "job_output",
+            "job_list",
+            "job_kill",
+        ]
+        assert harness.jobs.config.max_concurrent_jobs_per_owner == 4
+        described = harness.describe()
+        assert json.loads(json.dumps(described)) == described
+        assert described["starts"] == 0
+        assert described["job_tools"] == ["job_output", "job_list", "job_kill"]
+        assert described["tools"] == [
+            {
+                "name": "subagent_primary",
+                "provider": "fake-primary",
+                "parameters": ["description", "prompt", "run_in_background"],
+                "required": ["description", "prompt"],
+            }
+        ]
+        assert described["providers"][0]["inherits_parent_context"] is False
+        assert described["providers"][0]["capabilities"]["depth_limit"] is False
+
+
+@pytest.mark.usefixtures("fake_kind")
+@pytest.mark.parametrize(
+    ("profile", "message"),
+    [
+        (
+            {"provider": [{"kind": "fake"}, {"kind": "fake", "config": {"permission_mode": "x"}}]},
+            "provider[1].config.permission_mode: String should match pattern",
+        ),
+        ({"provider": [{"kind": "fake", "extra": 1}]}, "provider[0].extra: Extra inputs"),
+        ({"tool": [{"provider": "fake", "max_depth": "x"}]}, "tool[0].max_depth"),
+        ({"jobs": {"wait_timeout_ms": 0}}, "jobs.wait_timeout_ms: Input should be greater than 0"),
+        ({"provider": [{"kind": "nope"}]}, 'provider[0].kind: no subagent provider kind "nope"'),
+        (
+            {"provider": [{"kind": "fake"}], "tool": [{"provider": "fake"}]},
+            'tool[0].max_depth: provider "fake" cannot enforce max_depth',
+        ),
+        (
+            {
+                "provider": [{"kind": "fake"}],
+                "tool": [
+                    {"provider": "fake", "max_depth": "provider-managed"},
+                    {"provider": "fake", "max_depth": "provider-managed"},
+                ],
+            },
+            'tool[1].tool_name: "subagent" is already used in this harness',
+        ),
+        (
+            {"provider": [{"kind": "fake"}, {"kind": "fake"}]},
+            "provider[1].config.provider_name:",
+        ),
+    ],
+)
+def test_profile_errors_name_table_index_and_field(profile: dict[str, Any], message: str) -> None:
+    with pytest.raises(ProfileError) as info:
+        Harness.from_profile(profile)
+    assert message in str(info.value)
+
+
+def test_uninstalled_kind_names_the_extra() -> None:
+    if "codex" in installed_provider_kinds():
+        kind = "not-installed-kind"
+        expected = "dsh-tool-subagent["
+    else:
+        kind, expected = "codex", 'pip install "dsh-tool-subagent[codex]"'
+    with pytest.raises(ProfileError) as info:
+        Harness.from_profile({"provider": [{"kind": kind}]})
+    assert expected in str(info.value)
+
+
+async def test_default_profile_has_every_installed_kind_and_the_job_stack() -> None:
+    kinds = installed_provider_kinds()
+    assert default_profile() == {"provider": [{"kind": k} for k in kinds], "jobs": {}}
+    async with Harness.from_profile() as harness:
+        described = harness.describe()
+        expected_tools = ["subagent_" + n.replace("-", "_") for n in harness.subagents.names()]
+        assert [t["name"] for t in described["tools"]] == expected_tools
+        assert all(t.config.max_depth == "provider-managed" for t in harness.delegation_tools)
+        assert [p["kind"] for p in described["providers"]] == list(kinds)
+        assert described["job_tools"] == ["job_output", "job_list", "job_kill"]
+        assert described["starts"] == 0
+
+
+@pytest.mark.usefixtures("fake_kind")
+@pytest.mark.parametrize(
+    ("outcome", "background", "code"),
+    [
+        ("echo", False, 0),
+        ("echo", True, 0),
+        ("error", False, 1),
+        ("error", True, 1),
+        ("refusal", False, 1),
+    ],
+)
+async def test_run_command_exit_codes(outcome: str, background: bool, code: int) -> None:
+    profile = {
+        "provider": [{"kind": "fake", "config": {"outcome": outcome}}],
+        "tool": [{"provider": "fake", "max_depth": "provider-managed"}],
+    }
+    out, err = io.StringIO(), io.StringIO()
+    async with Harness.from_profile(profile) as harness:
+        rc = await run_command(
+            harness, "the task text", cwd="/tmp", background=background, stdout=out, stderr=err
+        )
+        assert harness.describe()["starts"] == 1
+    assert rc == code
+    if code == 0:
+        assert out.getvalue() == "the task text\n" if not background else "the task text"
+    elif outcome == "error":
+        assert out.getvalue() == ""
+        assert "Product subagent failure (product: Codex; stage: turn" in err.getvalue()
+    else:
+        assert err.getvalue().strip() == "subagent declined the task"
+
+
+@pytest.mark.usefixtures("fake_kind")
+async def test_run_command_unknown_tool_is_usage_error() -> None:
+    async with Harness.from_profile({"provider": [{"kind": "fake"}]}) as harness:
+        err = io.StringIO()
+        assert await run_command(harness, "t", tool_name="nope", stderr=err) == 2
+        assert 'no delegation tool named "nope"' in err.getvalue()
+
+
+def test_cli_usage_and_profile_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fake_kind: None
+) -> None:
+    assert main([]) == 2
+    assert main(["run"]) == 2
+    path = tmp_path / "p.toml"
+    path.write_text(PROFILE)
+    assert main(["profile", "check", str(path)]) == 0
+    described = json.loads(capsys.readouterr().out)
+    assert described["starts"] == 0
+    assert described["tools"][0]["name"] == "subagent_primary"
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[tool]]\nprovider = 1\n")
+    assert main(["profile", "check", str(bad)]) == 2
+    assert "tool[0].provider" in capsys.readouterr().err
+
+
+def test_doctor_runs_and_reports() -> None:
+    rc = main(["doctor"])
+    if not installed_provider_kinds():
+        assert rc == 1  # no provider installed is reported as broken
+    assert rc in (0, 1)
+
+
+def test_ctrl_c_cancels_the_run_closes_it_and_exits_130(tmp_path: Path, fake_kind: None) -> None:
+    path = tmp_path / "hang.toml"
+    path.write_text(
+        '[[provider]]\nkind = "fake"\n[provider.config]\noutcome = "hang"\n'
+        '[[tool]]\nprovider = "fake"\nmax_depth = "provider-managed"\n'
+    )
+    BUILT.clear()
+    stop = threading.Event()
+
+    def interrupt_once_running() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not stop.is_set():
+            if BUILT and BUILT[0].runs:
+                main_ident = threading.main_thread().ident
+                assert main_ident is not None
+                signal.pthread_kill(main_ident, signal.SIGINT)  # as a terminal Ctrl-C does
+                return
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=interrupt_once_running)
+    thread.start()
+    try:
+        rc = main(["run", "--profile", str(path), "--cwd", str(tmp_path), "wait forever"])
+    finally:
+        stop.set()
+        thread.join()
+    assert rc == 130
+    assert BUILT[0].runs
+    assert BUILT[0].open_runs == ()  # the run was closed before the command returned
+    assert BUILT[0].requests[0].parent.cwd == str(tmp_path)
