@@ -1,3 +1,12 @@
-"""dsh.subagent_codex."""
+"""dsh.subagent_codex: the Codex app-server provider for ``dsh.subagent``.
 
-__all__: list[str] = []
+``CodexProvider`` (entry point ``codex``) runs the pinned ``openai-codex-cli-bin`` binary as
+``codex app-server --listen stdio://`` per one-shot run. Loopback fixtures for keyless runs live in
+``dsh.subagent_codex.testing``.
+"""
+
+from dsh.subagent_codex._config import CodexProviderConfig, PermissionMode
+from dsh.subagent_codex._provider import CodexProvider
+from dsh.subagent_codex._run import CodexRun
+
+__all__ = ["CodexProvider", "CodexProviderConfig", "CodexRun", "PermissionMode"]

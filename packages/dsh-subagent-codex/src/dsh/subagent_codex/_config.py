@@ -1,0 +1,51 @@
+"""``CodexProviderConfig``: the validated, frozen configuration of one Codex provider instance."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["CodexProviderConfig", "PermissionMode"]
+
+PermissionMode = Literal["never", "approve-for-me", "dangerously-bypass-approvals-and-sandbox"]
+
+
+class CodexProviderConfig(BaseModel):
+    """One Codex provider instance (snake_case fields; frozen; unknown fields are rejected).
+
+    Everything not listed here (``CODEX_HOME``, login, model provider, MCP servers, retries) is
+    native Codex configuration that the deployment supplies through ``env`` and ``CODEX_HOME``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    provider_name: str = Field(default="codex", min_length=1)
+    model: str | None = Field(default=None, min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    inherit_env: tuple[str, ...] = ()
+    permission_mode: PermissionMode = "never"
+    dispose_grace_ms: float = Field(default=3000.0, gt=0, le=2147483647)
+    stderr: Literal["forward", "discard"] = "forward"
+
+    @field_validator("provider_name")
+    @classmethod
+    def _name_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("provider_name must not be blank")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model_not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("model must not be blank when set")
+        return value
+
+    @field_validator("inherit_env")
+    @classmethod
+    def _names_valid(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not name or "=" in name or "\0" in name:
+                raise ValueError("inherit_env entries must be non-empty names without '=' or NUL")
+        return value

@@ -1,0 +1,374 @@
+"""A loopback OpenAI Responses API (``POST .../responses`` with SSE) built on asyncio streams.
+
+Every request is answered from a FIFO of queued behaviours (or ``default`` when the queue is empty)
+and recorded with its headers. Everything is bounded: header and body sizes, the number of
+recorded requests, read timeouts and stall durations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self, TypeAlias
+
+MAX_HEADER_BYTES = 64 * 1024
+MAX_BODY_BYTES = 32 * 1024 * 1024
+MAX_RECORDED_REQUESTS = 1000
+READ_TIMEOUT_S = 30.0
+MAX_STALL_S = 120.0
+
+
+@dataclass(frozen=True)
+class MessageItem:
+    """An assistant message output item, with an optional Codex ``phase``."""
+
+    text: str
+    phase: str | None = None
+
+
+@dataclass(frozen=True)
+class FunctionCallItem:
+    """A function-call output item, e.g. ``exec_command`` with ``{"cmd": "..."}``."""
+
+    name: str
+    arguments: Mapping[str, Any] | str
+    call_id: str | None = None
+
+
+OutputItem: TypeAlias = MessageItem | FunctionCallItem
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A 200 SSE stream: one ``response.output_item.done`` per item, then ``response.completed``."""
+
+    items: Sequence[OutputItem] = ()
+
+
+@dataclass(frozen=True)
+class HttpStatus:
+    """A plain HTTP error status with a body (a mapping is sent as JSON)."""
+
+    status: int
+    body: Mapping[str, Any] | str | bytes = b""
+
+
+@dataclass(frozen=True)
+class ResponseFailed:
+    """A 200 SSE stream ending in ``response.failed`` with ``error.code``."""
+
+    code: str
+    message: str = "the fake model failed"
+    items: Sequence[OutputItem] = ()
+
+
+@dataclass(frozen=True)
+class Drop:
+    """A 200 SSE stream that sends ``items`` and closes the socket before ``response.completed``."""
+
+    items: Sequence[OutputItem] = ()
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A 200 SSE stream that sends ``items`` and then goes silent for ``seconds`` (bounded)."""
+
+    items: Sequence[OutputItem] = ()
+    seconds: float = 60.0
+
+
+Behaviour: TypeAlias = Reply | HttpStatus | ResponseFailed | Drop | Stall
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request as the server saw it. ``headers`` has lower-cased names."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    body: bytes
+    json: Any = field(default=None)
+
+    @property
+    def task_text(self) -> str | None:
+        """The text of the last input item's first content part (the task, on a first request)."""
+        try:
+            text = self.json["input"][-1]["content"][0]["text"]
+        except (KeyError, IndexError, TypeError):
+            return None
+        return text if isinstance(text, str) else None
+
+
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found"}
+_REASONS |= {413: "Payload Too Large", 429: "Too Many Requests", 500: "Internal Server Error"}
+_REASONS |= {502: "Bad Gateway", 503: "Service Unavailable"}
+
+
+class FakeResponsesServer:
+    """An OpenAI Responses API on 127.0.0.1 serving queued behaviours.
+
+    Use ``async with FakeResponsesServer() as server:`` (or ``await start()`` / ``await stop()``),
+    point Codex at ``server.base_url`` (e.g. through ``write_codex_home``), queue behaviours with
+    ``queue(...)`` or the ``queue_*`` helpers and read ``requests`` afterwards. ``route`` (optional)
+    picks a behaviour per request (e.g. by ``task_text``); returning None falls back to the queue.
+    """
+
+    def __init__(
+        self,
+        *,
+        default: Behaviour | None = None,
+        route: Callable[[RecordedRequest], Behaviour | None] | None = None,
+    ) -> None:
+        self._default = default
+        self._route = route
+        self._queue: deque[Behaviour] = deque()
+        self._requests: list[RecordedRequest] = []
+        self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._changed = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._ids = itertools.count(1)
+        self._port = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._server is not None:
+            return
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self._port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        server, self._server = self._server, None
+        self._stopping.set()
+        if server is None:
+            return
+        server.close()
+        handlers = list(self._handlers)
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+        await server.wait_closed()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    @property
+    def port(self) -> int:
+        if not self._port:
+            raise RuntimeError("FakeResponsesServer is not started")
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        """The provider ``base_url`` Codex should use (ends in ``/v1``)."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    # -- behaviours ------------------------------------------------------------------------
+    def queue(self, *behaviours: Behaviour) -> None:
+        self._queue.extend(behaviours)
+
+    def queue_message(self, text: str, phase: str | None = None) -> None:
+        self.queue(Reply((MessageItem(text, phase),)))
+
+    def queue_function_call(
+        self, name: str, arguments: Mapping[str, Any] | str, call_id: str | None = None
+    ) -> None:
+        self.queue(Reply((FunctionCallItem(name, arguments, call_id),)))
+
+    def queue_status(self, status: int, body: Mapping[str, Any] | str | bytes = b"") -> None:
+        self.queue(HttpStatus(status, body))
+
+    def queue_failed(self, code: str, message: str = "the fake model failed") -> None:
+        self.queue(ResponseFailed(code, message))
+
+    def queue_drop(self, *items: OutputItem) -> None:
+        self.queue(Drop(items))
+
+    def queue_stall(self, *items: OutputItem, seconds: float = 60.0) -> None:
+        self.queue(Stall(items, seconds))
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        return list(self._requests)
+
+    @property
+    def model_requests(self) -> list[RecordedRequest]:
+        """Only the ``POST .../responses`` requests."""
+        return [r for r in self._requests if _is_responses(r.method, r.path)]
+
+    async def wait_for_requests(self, count: int, timeout: float = 30.0) -> list[RecordedRequest]:  # noqa: ASYNC109
+        """Wait (event-driven, bounded) until at least ``count`` model requests were recorded."""
+        async with asyncio.timeout(timeout):
+            while len(self.model_requests) < count:
+                self._changed.clear()
+                await self._changed.wait()
+        return self.model_requests
+
+    # -- HTTP ------------------------------------------------------------------------------
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            await self._serve(reader, writer)
+        except (
+            ConnectionError,
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            TimeoutError,
+            ValueError,
+        ):
+            pass
+        finally:
+            self._handlers.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        async with asyncio.timeout(READ_TIMEOUT_S):
+            head = await reader.readuntil(b"\r\n\r\n")
+        if len(head) > MAX_HEADER_BYTES:
+            raise ValueError("header too large")
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _version = lines[0].split(" ", 2)
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            if ":" in line:
+                name, value = line.split(":", 1)
+                headers[name.strip().lower()] = value.strip()
+        async with asyncio.timeout(READ_TIMEOUT_S):
+            body = await self._read_body(reader, headers)
+        parsed: Any = None
+        if body:
+            with contextlib.suppress(ValueError, UnicodeDecodeError):
+                parsed = json.loads(body)
+        if len(self._requests) < MAX_RECORDED_REQUESTS:
+            self._requests.append(RecordedRequest(method, path, headers, body, parsed))
+        self._changed.set()
+        if not _is_responses(method, path):
+            await _plain(writer, 404, b'{"error":{"message":"not found"}}')
+            return
+        behaviour = self._route(self._requests[-1]) if self._route and self._requests else None
+        if behaviour is None:
+            behaviour = self._queue.popleft() if self._queue else self._default
+        if behaviour is None:
+            body = b'{"error":{"message":"no queued behaviour","type":"fake_server"}}'
+            await _plain(writer, 500, body)
+            return
+        await self._respond(writer, behaviour)
+
+    async def _read_body(self, reader: asyncio.StreamReader, headers: Mapping[str, str]) -> bytes:
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            chunks = bytearray()
+            while True:
+                size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                if size == 0:
+                    await reader.readuntil(b"\r\n")
+                    return bytes(chunks)
+                if len(chunks) + size > MAX_BODY_BYTES:
+                    raise ValueError("body too large")
+                chunks += await reader.readexactly(size)
+                await reader.readexactly(2)
+        length = int(headers.get("content-length", "0") or 0)
+        if length > MAX_BODY_BYTES:
+            raise ValueError("body too large")
+        return await reader.readexactly(length) if length else b""
+
+    async def _respond(self, writer: asyncio.StreamWriter, behaviour: Behaviour) -> None:
+        if isinstance(behaviour, HttpStatus):
+            body = behaviour.body
+            if isinstance(body, Mapping):
+                body = json.dumps(body).encode()
+            elif isinstance(body, str):
+                body = body.encode()
+            await _plain(writer, behaviour.status, body)
+            return
+        response_id = f"resp_{next(self._ids)}"
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"cache-control: no-cache\r\nconnection: close\r\n\r\n"
+        )
+        _event(writer, "response.created", {"response": {"id": response_id}})
+        for index, item in enumerate(behaviour.items):
+            done = {"output_index": index, "item": _item_json(item, f"{response_id}_{index}")}
+            _event(writer, "response.output_item.done", done)
+        await writer.drain()
+        if isinstance(behaviour, Drop):
+            return
+        if isinstance(behaviour, Stall):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(max(behaviour.seconds, 0.0), MAX_STALL_S)):
+                    await self._stopping.wait()
+            return
+        if isinstance(behaviour, ResponseFailed):
+            error = {"code": behaviour.code, "message": behaviour.message}
+            failed = {"id": response_id, "status": "failed", "error": error}
+            _event(writer, "response.failed", {"response": failed})
+        else:
+            usage = {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}
+            completed = {"id": response_id, "status": "completed", "usage": usage}
+            _event(writer, "response.completed", {"response": completed})
+        await writer.drain()
+
+
+def _is_responses(method: str, path: str) -> bool:
+    return method == "POST" and path.split("?", 1)[0].rstrip("/").endswith("/responses")
+
+
+def _item_json(item: OutputItem, item_id: str) -> dict[str, Any]:
+    if isinstance(item, MessageItem):
+        message: dict[str, Any] = {
+            "type": "message",
+            "id": item_id,
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": item.text, "annotations": []}],
+        }
+        if item.phase is not None:
+            message["phase"] = item.phase
+        return message
+    arguments = item.arguments if isinstance(item.arguments, str) else json.dumps(item.arguments)
+    return {
+        "type": "function_call",
+        "id": item_id,
+        "call_id": item.call_id or f"call_{item_id}",
+        "name": item.name,
+        "arguments": arguments,
+        "status": "completed",
+    }
+
+
+def _event(writer: asyncio.StreamWriter, kind: str, payload: Mapping[str, Any]) -> None:
+    data = json.dumps({"type": kind, **payload}, ensure_ascii=False)
+    writer.write(f"event: {kind}\ndata: {data}\n\n".encode())
+
+
+async def _plain(writer: asyncio.StreamWriter, status: int, body: bytes) -> None:
+    reason = _REASONS.get(status, "Status")
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    writer.write(head.encode() + body)
+    await writer.drain()

@@ -1,0 +1,215 @@
+"""``CodexProvider``: spawns the pinned ``codex app-server`` per run; publishes a ``CodexRun``."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Self
+
+from dsh.subagent import (
+    NO_START_CAPABILITIES,
+    Capabilities,
+    FailureFacts,
+    ProductFailure,
+    ResolvedStartRequest,
+    TextBlock,
+)
+from dsh.subagent_codex._config import CodexProviderConfig
+from dsh.subagent_codex._mapping import MODE_FIELDS, OPT_OUT_NOTIFICATIONS, PREFIX, PRODUCT
+from dsh.subagent_codex._run import CodexRun, StartupFailure
+from dsh.subagent_codex._wire import MAX_LINE_BYTES
+from dsh.subprocess import SpawnError, SpawnSpec, TeardownError, default_runtime, reap_orphans
+
+__all__ = ["CodexProvider"]
+
+_log = logging.getLogger("dsh.subagent_codex")
+_reap_lock = threading.Lock()
+_reaped = False
+
+
+def _reap_once() -> None:
+    global _reaped
+    with _reap_lock:
+        if _reaped:
+            return
+        try:
+            reap_orphans()
+        except Exception:
+            _log.debug("reap_orphans failed", exc_info=True)
+        _reaped = True
+
+
+@functools.cache
+def _client_version() -> str:
+    try:
+        return metadata.version("dsh-subagent-codex")
+    except metadata.PackageNotFoundError:
+        return "0"
+
+
+def _locate() -> tuple[str, str | None]:
+    """The bundled codex binary and the bundled PATH dir (never a PATH lookup)."""
+    import codex_cli_bin
+
+    program = str(codex_cli_bin.bundled_codex_path())
+    extra = codex_cli_bin.bundled_path_dir()
+    return (program, None if extra is None else str(extra))
+
+
+def _usable_dir(cwd: str) -> bool:
+    path = Path(cwd)
+    return path.is_absolute() and path.is_dir() and os.access(path, os.X_OK)
+
+
+def _reject(message: str) -> ProductFailure:
+    return ProductFailure(f"{PREFIX}: {message}")
+
+
+def _failure(stage: str) -> ProductFailure:
+    return ProductFailure.from_facts(PREFIX, FailureFacts(PRODUCT, stage, "unknown"))
+
+
+class CodexProvider:
+    """The Codex one-shot subagent provider (entry point ``codex``).
+
+    Construction and ``from_config`` start no process and do no PATH lookup or version probe.
+    """
+
+    capabilities: Capabilities = NO_START_CAPABILITIES
+    inherits_parent_context: bool = False
+
+    def __init__(
+        self,
+        config: CodexProviderConfig | None = None,
+        *,
+        _program: Sequence[str] | None = None,
+        _max_line_bytes: int = MAX_LINE_BYTES,
+    ) -> None:
+        # ``_program`` / ``_max_line_bytes`` are a test-only seam (scripted stand-ins). They are not
+        # config fields, so profiles and ``from_config`` can never reach them.
+        self.config = config or CodexProviderConfig()
+        self._program = tuple(_program) if _program is not None else None
+        self._max_line = _max_line_bytes
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Self:
+        return cls(CodexProviderConfig.model_validate(dict(config)))
+
+    @property
+    def name(self) -> str:
+        return self.config.provider_name
+
+    def __repr__(self) -> str:
+        return f"CodexProvider(name={self.name!r}, mode={self.config.permission_mode!r})"
+
+    async def start(self, request: ResolvedStartRequest) -> CodexRun:
+        cwd = request.parent.cwd
+        if not cwd:
+            raise _reject(
+                "no working directory for the child — delegate from a parent session that has one"
+            )
+        if not _usable_dir(cwd):
+            raise _failure("initialize")
+        texts: list[str] = []
+        for block in request.prompt:
+            if not isinstance(block, TextBlock) or getattr(block, "type", None) != "text":
+                raise _reject("the one-shot task must contain only text blocks")
+            texts.append(block.text)
+        if not "".join(texts).strip():
+            raise _reject("the one-shot task must not be empty")
+        if not _reaped:
+            await asyncio.to_thread(_reap_once)
+        return await self._spawn_and_publish(cwd, texts)
+
+    def _argv_env(self) -> tuple[list[str], dict[str, str | None]]:
+        config = self.config
+        env: dict[str, str | None] = {}
+        for name in config.inherit_env:
+            value = os.environ.get(name)
+            if value is not None:
+                env[name] = value
+        env.update(config.env)
+        if self._program is not None:
+            return ([*self._program, "app-server", "--listen", "stdio://"], env)
+        program, path_dir = _locate()
+        if path_dir is not None:
+            base = env.get("PATH") or os.environ.get("PATH", "")
+            env["PATH"] = f"{path_dir}{os.pathsep}{base}" if base else path_dir
+        return ([program, "app-server", "--listen", "stdio://"], env)
+
+    async def _spawn_and_publish(self, cwd: str, texts: list[str]) -> CodexRun:
+        config = self.config
+        try:
+            argv, env = self._argv_env()
+            spec = SpawnSpec(
+                argv=argv,
+                cwd=cwd,
+                env=env,
+                stdin="pipe",
+                stdout="pipe",
+                stderr="inherit" if config.stderr == "forward" else "ignore",
+                grace_ms=config.dispose_grace_ms,
+            )
+            proc = await default_runtime().spawn(spec)
+        except (OSError, ImportError, SpawnError, ValueError) as exc:
+            failure = _failure("initialize")
+            _log.info("%s", failure)
+            raise failure from exc
+        run = CodexRun(
+            proc,
+            mode=config.permission_mode,
+            grace_s=config.dispose_grace_ms / 1000.0,
+            max_line=self._max_line,
+        )
+        client = {"name": "dsh", "title": "dsh", "version": _client_version()}
+        capabilities = {
+            "experimentalApi": False,
+            "optOutNotificationMethods": list(OPT_OUT_NOTIFICATIONS),
+        }
+        thread: dict[str, Any] = {"cwd": cwd, "ephemeral": True}
+        if config.model is not None:
+            thread["model"] = config.model
+        thread.update(MODE_FIELDS[config.permission_mode])
+        try:
+            await run.handshake(client, capabilities, thread)
+        except BaseException as exc:
+            await self._rollback(run, exc)
+            raise  # unreachable: _rollback always raises
+        try:
+            run.begin_turn(texts)
+        except BaseException as exc:
+            await self._rollback(run, exc)
+            raise
+        return run
+
+    async def _rollback(self, run: CodexRun, exc: BaseException) -> None:
+        if isinstance(exc, StartupFailure):
+            primary: BaseException = ProductFailure.from_facts(PREFIX, exc.facts)
+            primary.__cause__ = exc.__cause__ or exc
+        elif isinstance(exc, Exception):
+            primary = _failure("initialize")
+            primary.__cause__ = exc
+        else:
+            primary = exc  # CancelledError and friends propagate after the rollback
+        try:
+            await run.rollback()
+        except TeardownError as teardown_exc:
+            teardown = _failure("teardown")
+            teardown.__cause__ = teardown_exc
+            if isinstance(primary, Exception):
+                _log.info("%s", primary)
+                raise ExceptionGroup(f"{primary}; {teardown}", [primary, teardown]) from None
+            raise teardown from teardown_exc
+        except BaseException:
+            if isinstance(primary, Exception):
+                raise primary from primary.__cause__
+            raise
+        if isinstance(primary, Exception):
+            _log.info("%s", primary)
+        raise primary

@@ -1,0 +1,428 @@
+"""One Codex run: the app-server process, its wire, the turn state machine and teardown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from types import TracebackType
+from typing import Any, Self
+
+from dsh.subagent import (
+    FailureFacts,
+    ProductFailure,
+    ResultLatch,
+    StopReason,
+    SubagentResult,
+    TextBlock,
+    failure_line,
+)
+from dsh.subagent_codex._mapping import (
+    DECLINED_ITEMS,
+    PREFIX,
+    PRODUCT,
+    answer_request,
+    classify_error_info,
+    fact_line,
+)
+from dsh.subagent_codex._wire import LineTooLong, RpcError, Wire, WireClosed, read_frames
+from dsh.subprocess import ManagedProcess, TeardownError
+
+__all__ = ["CodexRun", "StartupFailure"]
+
+_log = logging.getLogger("dsh.subagent_codex")
+_INTERRUPT_TIMEOUT_S = 1.0
+_UNSUPPORTED = -32603
+_MAX_EARLY_FRAMES = 10_000
+_NO_FINAL = "Codex completed without a final answer"
+
+
+class StartupFailure(Exception):
+    """Internal: a pre-publication failure with its facts (the raw cause is ``__cause__``)."""
+
+    def __init__(self, stage: str, category: str = "unknown", **extra: Any) -> None:
+        super().__init__(f"{stage}/{category}")
+        self.facts = FailureFacts(PRODUCT, stage, category, **extra)
+
+
+def _thread_turn(params: Any) -> tuple[Any, Any]:
+    if not isinstance(params, dict):
+        return (None, None)
+    turn_id = params.get("turnId")
+    turn = params.get("turn")
+    if turn_id is None and isinstance(turn, dict):
+        turn_id = turn.get("id")
+    return (params.get("threadId"), turn_id)
+
+
+class CodexRun:
+    """A published (or publishing) one-shot Codex run. Create it with ``CodexProvider.start``."""
+
+    def __init__(self, proc: ManagedProcess, *, mode: str, grace_s: float, max_line: int) -> None:
+        self._id = str(uuid.uuid4())
+        self._proc = proc
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        self._stdout = proc.stdout
+        self._wire = Wire(proc.stdin)
+        self._mode = mode
+        self._grace_s = grace_s
+        self._max_line = max_line
+        self._latch = ResultLatch()
+        self._stage = "initialize"
+        self._published = False
+        self._startup_error: StartupFailure | None = None
+        self._startup_waiter: asyncio.Future[None] | None = None
+        self._thread_id: str | None = None
+        self._turn_id: str | None = None
+        self._early: list[dict[str, Any]] | None = None
+        self._early_turn: Any = None
+        self._fact: str | None = None
+        self._final: str | None = None
+        self._unphased: str | None = None
+        self._dead = False
+        self._reader: asyncio.Task[None] | None = None
+        self._interrupt: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # -- public surface --------------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        return self._id
+
+    async def result(self) -> SubagentResult:
+        return await self._latch.wait()
+
+    def cancel(self, reason: str | None = None) -> None:
+        if not self._latch.abort():
+            return
+        if self._thread_id is None or self._turn_id is None or self._wire.closed or self._dead:
+            return
+        params = {"threadId": self._thread_id, "turnId": self._turn_id}
+        with contextlib.suppress(WireClosed, RuntimeError):
+            loop = asyncio.get_running_loop()
+            self._wire.request_cb("turn/interrupt", params, lambda _r, _e: self._wire.close())
+            self._interrupt = loop.create_task(self._expire_interrupt())
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.cancel()
+        teardown: BaseException | None = None
+        try:
+            await self._teardown()
+        except TeardownError as exc:
+            teardown = exc
+        if teardown is not None:
+            failure = ProductFailure.from_facts(
+                PREFIX, FailureFacts(PRODUCT, "teardown", "unknown")
+            )
+            _log.warning("%s", failure)
+            raise failure from teardown
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # -- startup (driven by the provider) --------------------------------------------------
+    async def handshake(
+        self, client_info: dict[str, Any], capabilities: dict[str, Any], thread: dict[str, Any]
+    ) -> None:
+        """initialize → initialized → thread/start; raise ``StartupFailure`` on any problem."""
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+        init = await self._call(
+            "initialize", {"clientInfo": client_info, "capabilities": capabilities}
+        )
+        if init is None:
+            raise StartupFailure("initialize")
+        self._send_or_fail(lambda: self._wire.notify("initialized"))
+        self._stage = "thread-start"
+        started = await self._call("thread/start", thread)
+        thread_obj = started.get("thread") if started else None
+        thread_id = thread_obj.get("id") if isinstance(thread_obj, dict) else None
+        if (
+            not isinstance(thread_id, str)
+            or not thread_id
+            or not isinstance(thread_obj, dict)
+            or thread_obj.get("ephemeral") is not True
+        ):
+            raise StartupFailure("thread-start")
+        self._thread_id = thread_id
+
+    def begin_turn(self, texts: list[str]) -> None:
+        """Publish: send ``turn/start``; its reply and early frames are handled by the reader."""
+        self._published = True
+        self._stage = "turn-start"
+        self._early = []
+        params = {
+            "threadId": self._thread_id,
+            "input": [{"type": "text", "text": text, "text_elements": []} for text in texts],
+        }
+        try:
+            self._wire.request_cb("turn/start", params, self._on_turn_started)
+        except WireClosed as exc:
+            self._fail("turn-start", cause=exc)
+
+    async def rollback(self) -> None:
+        """Bring the partial process tree to exit (startup failure or cancellation)."""
+        self._closed = True
+        self._latch.abort()
+        await self._teardown()
+
+    async def _call(self, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        stage = self._stage
+        try:
+            return await self._wire.request(method, params)
+        except (RpcError, WireClosed) as exc:
+            if self._startup_error is not None:
+                raise self._startup_error from exc
+            raise StartupFailure(stage) from exc
+
+    def _send_or_fail(self, send: Any) -> None:
+        try:
+            send()
+        except WireClosed as exc:
+            raise StartupFailure(self._stage) from exc
+
+    # -- reading ---------------------------------------------------------------------------
+    async def _read(self) -> None:
+        try:
+            async for frame in read_frames(self._stdout, self._max_line):
+                if self._dead:
+                    continue
+                self._dispatch(frame)
+        except LineTooLong as exc:
+            self._fail(self._stage, cause=exc)
+            return
+        except (ConnectionError, OSError, ValueError) as exc:
+            self._fail(self._stage, cause=exc)
+            return
+        if self._dead or (self._latch.settled and self._published):
+            self._wire.close()
+            return
+        await self._process_exit()
+
+    async def _process_exit(self) -> None:
+        """stdout ended without a terminal: wait (bounded) for the tree, then report the exit."""
+        with contextlib.suppress(Exception):
+            await self._proc.wait_for_exit(self._grace_s)
+        outcome = self._proc.outcome
+        if outcome is None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.05):
+                    outcome = await self._proc.wait()
+        extra: dict[str, Any] = {}
+        if outcome is not None:
+            extra = {"exit_code": outcome.exit_code, "signal": outcome.signal}
+        self._fail("process", "process-exit", **extra)
+
+    def _dispatch(self, frame: dict[str, Any]) -> None:
+        method = frame.get("method")
+        if not isinstance(method, str):
+            if "id" in frame:
+                self._wire.on_response(frame)
+            return
+        params = frame.get("params")
+        thread_id, turn_id = _thread_turn(params)
+        if self._early is not None and self._turn_id is None and thread_id == self._thread_id:
+            if turn_id is not None:
+                if self._early_turn is not None and turn_id != self._early_turn:
+                    self._fail("turn-start")
+                    return
+                self._early_turn = turn_id
+            if len(self._early) >= _MAX_EARLY_FRAMES:
+                self._fail("turn-start")
+                return
+            self._early.append(frame)
+            return
+        self._handle(frame, method, params, thread_id, turn_id)
+
+    def _handle(
+        self, frame: dict[str, Any], method: str, params: Any, thread_id: Any, turn_id: Any
+    ) -> None:
+        if "id" in frame:
+            self._server_request(frame["id"], method, params, thread_id, turn_id)
+            return
+        if self._turn_id is None or thread_id != self._thread_id or turn_id != self._turn_id:
+            return
+        assert isinstance(params, dict)
+        if method == "item/completed":
+            self._item_completed(params.get("item"))
+        elif method == "turn/completed":
+            self._terminal(params.get("turn"))
+
+    def _on_turn_started(self, result: dict[str, Any] | None, error: BaseException | None) -> None:
+        if self._dead:
+            return
+        turn = result.get("turn") if result else None
+        turn_id = turn.get("id") if isinstance(turn, dict) else None
+        if error is not None or not isinstance(turn_id, str) or not turn_id:
+            self._fail("turn-start", cause=error)
+            return
+        if self._early_turn is not None and self._early_turn != turn_id:
+            self._fail("turn-start")
+            return
+        self._turn_id = turn_id
+        self._stage = "turn"
+        early, self._early = self._early or [], None
+        for frame in early:
+            if self._dead:
+                return
+            params = frame.get("params")
+            thread_id, frame_turn = _thread_turn(params)
+            self._handle(frame, frame["method"], params, thread_id, frame_turn)
+
+    # -- server requests -------------------------------------------------------------------
+    def _server_request(
+        self, request_id: Any, method: str, params: Any, thread_id: Any, turn_id: Any
+    ) -> None:
+        ours = (
+            isinstance(params, dict)
+            and thread_id is not None
+            and thread_id == self._thread_id
+            and (turn_id is None or turn_id == self._turn_id)
+        )
+        try:
+            if not ours:
+                raise LookupError(method)
+            assert isinstance(params, dict)
+            result, request, decision, reason = answer_request(method, params)
+        except (LookupError, ValueError) as exc:
+            with contextlib.suppress(WireClosed):
+                self._wire.respond_error(
+                    request_id, _UNSUPPORTED, f'unsupported app-server request "{method}"'
+                )
+            self._fail(self._stage, cause=exc)
+            return
+        with contextlib.suppress(WireClosed):
+            self._wire.respond(request_id, result)
+        self._fact = fact_line(self._mode, request, decision, reason)
+
+    # -- turn ------------------------------------------------------------------------------
+    def _item_completed(self, item: Any) -> None:
+        if not isinstance(item, dict):
+            return
+        kind = item.get("type")
+        if kind == "agentMessage":
+            text = item.get("text")
+            if "phase" not in item or not isinstance(text, str):
+                self._fail("turn")
+                return
+            phase = item["phase"]
+            if phase == "final_answer":
+                self._final = text
+            elif phase is None:
+                self._unphased = text
+            elif phase not in ("commentary", "partial_answer"):
+                self._fail("turn")
+        elif isinstance(kind, str) and kind in DECLINED_ITEMS and item.get("status") == "declined":
+            request, what = DECLINED_ITEMS[kind]
+            reason = f"Codex declined {what} under the selected permission mode"
+            self._fact = fact_line(self._mode, request, "declined", reason)
+
+    def _answer(self) -> str | None:
+        text = self._final if self._final is not None else self._unphased
+        return text if text is not None and text.strip() else None
+
+    def _terminal(self, turn: Any) -> None:
+        status = turn.get("status") if isinstance(turn, dict) else None
+        answer = self._answer()
+        if status == "completed" and answer is not None:
+            self._settle(SubagentResult(StopReason.COMPLETED, (TextBlock(answer),), None))
+        elif status == "completed":
+            self._fail("turn", note=_NO_FINAL)
+        elif status == "failed":
+            assert isinstance(turn, dict)
+            error = turn.get("error")
+            info = error.get("codexErrorInfo") if isinstance(error, dict) else None
+            category, http_status = classify_error_info(info)
+            if category == "sandboxError":
+                self._fact = fact_line(
+                    self._mode, "sandbox execution", "failed", "Codex reported a sandbox failure"
+                )
+            stop = StopReason.MAX_TOKENS if category == "contextWindowExceeded" else None
+            self._fail("turn", category, http_status=http_status, stop=stop, partial=answer)
+        else:
+            self._fail("turn")
+        self._finish_wire()
+
+    def _finish_wire(self) -> None:
+        # One-shot: nothing more will be sent, so let Codex start exiting now (saves teardown time).
+        self._dead = True
+        if self._interrupt is None:
+            self._wire.close()
+
+    # -- settlement ------------------------------------------------------------------------
+    def _settle(self, result: SubagentResult) -> None:
+        self._latch.settle(result)
+        self._finish_wire()
+
+    def _fail(
+        self,
+        stage: str,
+        category: str = "unknown",
+        *,
+        http_status: int | None = None,
+        exit_code: int | None = None,
+        signal: str | None = None,
+        stop: StopReason | None = None,
+        partial: str | None = None,
+        note: str | None = None,
+        cause: BaseException | None = None,
+    ) -> None:
+        if self._dead:
+            return
+        self._dead = True
+        outcome = self._proc.outcome
+        if outcome is not None and exit_code is None and signal is None:
+            exit_code, signal = outcome.exit_code, outcome.signal
+        facts = FailureFacts(PRODUCT, stage, category, http_status, exit_code, signal)
+        if cause is not None:
+            _log.debug("codex run %s failed at %s", self._id, stage, exc_info=cause)
+        if not self._published:
+            error = StartupFailure(stage, category)
+            error.facts = facts
+            error.__cause__ = cause
+            self._startup_error = error
+            self._wire.close()
+            return
+        lines = [failure_line(facts)]
+        if note is not None:
+            lines.append(note)
+        if self._fact is not None:
+            lines.append(self._fact)
+        output = (TextBlock(partial),) if stop is StopReason.MAX_TOKENS and partial else ()
+        result = SubagentResult(stop or StopReason.ERROR, output, "\n".join(lines))
+        if self._latch.settle(result):
+            _log.info("codex run %s: %s", self._id, lines[0])
+        if self._interrupt is None:
+            self._wire.close()
+
+    # -- teardown --------------------------------------------------------------------------
+    async def _expire_interrupt(self) -> None:
+        # The interrupt is never awaited unbounded: after a short while the wire closes anyway.
+        await asyncio.sleep(_INTERRUPT_TIMEOUT_S)
+        self._wire.close()
+
+    async def _teardown(self) -> None:
+        self._dead = True
+        self._wire.close()
+        try:
+            await self._proc.aclose()
+        finally:
+            for task in (self._interrupt, self._reader):
+                if task is not None and not task.done():
+                    task.cancel()
+            for task in (self._interrupt, self._reader):
+                if task is not None:
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task

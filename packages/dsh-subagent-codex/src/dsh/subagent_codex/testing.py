@@ -1,0 +1,121 @@
+"""Loopback fixtures for keyless real-Codex runs (used by tests, ``dsh demo`` and benchmarks).
+
+- ``FakeResponsesServer``: an OpenAI Responses API on 127.0.0.1 with queued behaviours.
+- ``write_codex_home(dir, base_url, model)``: a hermetic ``CODEX_HOME/config.toml``.
+- ``hermetic_env(home)``: the env overlay a provider needs to use that home.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dsh.subagent_codex._fake_responses import (
+    Behaviour,
+    Drop,
+    FakeResponsesServer,
+    FunctionCallItem,
+    HttpStatus,
+    MessageItem,
+    OutputItem,
+    RecordedRequest,
+    Reply,
+    ResponseFailed,
+    Stall,
+)
+
+__all__ = [
+    "FAKE_API_KEY",
+    "FAKE_KEY_ENV",
+    "Behaviour",
+    "Drop",
+    "FakeResponsesServer",
+    "FunctionCallItem",
+    "HttpStatus",
+    "MessageItem",
+    "OutputItem",
+    "RecordedRequest",
+    "Reply",
+    "ResponseFailed",
+    "Stall",
+    "hermetic_env",
+    "make_start_request",
+    "write_codex_home",
+]
+
+#: The variable the hermetic ``mock`` provider reads its bearer key from.
+FAKE_KEY_ENV = "DSH_FAKE_OPENAI_KEY"
+#: A non-empty fake key; it reaches the fake server as ``Authorization: Bearer <key>``.
+FAKE_API_KEY = "sk-dsh-fake-key-0000"
+
+
+def _toml(value: str) -> str:
+    # A JSON string is a valid TOML basic string for the characters we write.
+    return json.dumps(value)
+
+
+def write_codex_home(
+    dir: str | Path,
+    base_url: str,
+    model: str,
+    *,
+    approval_policy: str | None = None,
+    stream_idle_timeout_ms: int = 10_000,
+    env_key: str | None = FAKE_KEY_ENV,
+) -> Path:
+    """Create ``dir`` (if needed) and write a hermetic ``config.toml`` into it; return ``dir``.
+
+    The ``mock`` provider uses ``wire_api = "responses"`` with every retry loop off, plugins off
+    (no git or HTTPS at start-up) and ``unbounded_connection_retries = false`` so a dead server
+    fails the turn instead of hanging it. ``approval_policy`` adds an ambient top-level policy
+    (tests use it to prove that the thread-level mode overrides it).
+    """
+    home = Path(dir)
+    home.mkdir(parents=True, exist_ok=True)
+    lines = [f"model = {_toml(model)}", 'model_provider = "mock"']
+    if approval_policy is not None:
+        lines.append(f"approval_policy = {_toml(approval_policy)}")
+    lines += [
+        "",
+        "[features]",
+        "plugins = false",
+        "unbounded_connection_retries = false",
+        "",
+        "[model_providers.mock]",
+        'name = "mock"',
+        f"base_url = {_toml(base_url)}",
+        'wire_api = "responses"',
+        "request_max_retries = 0",
+        "stream_max_retries = 0",
+        f"stream_idle_timeout_ms = {int(stream_idle_timeout_ms)}",
+    ]
+    if env_key is not None:
+        lines.append(f"env_key = {_toml(env_key)}")
+    (home / "config.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return home
+
+
+def hermetic_env(
+    home: str | Path, *, api_key: str | None = FAKE_API_KEY, key_env: str = FAKE_KEY_ENV
+) -> dict[str, str]:
+    """The env overlay (``CodexProviderConfig.env``) for a home written by ``write_codex_home``."""
+    env: dict[str, str] = {
+        "CODEX_HOME": str(Path(home)),
+        "CODEX_APP_SERVER_DISABLE_MANAGED_CONFIG": "1",
+        "RUST_LOG": "error",
+    }
+    if api_key is not None:
+        env[key_env] = api_key
+    return env
+
+
+def make_start_request(cwd: str | Path | None, *texts: str, provider: str = "codex") -> Any:
+    """A ``ResolvedStartRequest`` for ``texts`` from a parent whose cwd is ``cwd``."""
+    from dsh.subagent import Descriptor, Parent, ResolvedStartRequest, TextBlock
+
+    return ResolvedStartRequest(
+        prompt=tuple(TextBlock(t) for t in texts),
+        parent=Parent(session_id="dsh-test", cwd=None if cwd is None else str(cwd)),
+        descriptor=Descriptor(provider=provider),
+    )

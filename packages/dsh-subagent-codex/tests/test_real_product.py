@@ -1,0 +1,311 @@
+"""Keyless real-product tests with the pinned Codex binary (mandatory: they fail, never skip)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+import codex_cli_bin
+import pytest
+
+from dsh.subagent import ProductFailure, StopReason
+from dsh.subagent.testing import run_provider_conformance
+from dsh.subagent_codex import CodexProvider, CodexProviderConfig
+from dsh.subagent_codex.testing import (
+    Behaviour,
+    Drop,
+    FakeResponsesServer,
+    FunctionCallItem,
+    HttpStatus,
+    MessageItem,
+    RecordedRequest,
+    Reply,
+    Stall,
+    hermetic_env,
+    make_start_request,
+    write_codex_home,
+)
+from dsh.subprocess import marked_processes
+
+pytestmark = pytest.mark.real_product
+Env = Any
+CANARY = "CANARY-7f3e9b1c-secret"
+
+
+async def test_model_reaches_thread_start_and_request_body(codex_env: Env) -> None:
+    codex_env.server.queue_message("one")
+    codex_env.server.queue_message("two")
+    async with await codex_env.provider(model="explicit-model").start(
+        codex_env.request("a")
+    ) as run:
+        assert (await run.result()).text == "one"
+    async with await codex_env.provider().start(codex_env.request("b")) as run:
+        assert (await run.result()).text == "two"
+    first, second = codex_env.server.model_requests
+    assert first.json["model"] == "explicit-model"
+    assert _metadata_of(codex_env.server, 0)["model"] == "explicit-model"
+    assert second.json["model"] == "mock-model"  # the native choice from config.toml
+
+
+async def test_two_named_instances_run_concurrently_and_cancel_is_isolated(tmp_path: Path) -> None:
+    async with FakeResponsesServer() as server_a, FakeResponsesServer() as server_b:
+        ws = tmp_path / "ws"
+        ws.mkdir()
+        home_a = write_codex_home(tmp_path / "a", server_a.base_url, "native-a")
+        home_b = write_codex_home(tmp_path / "b", server_b.base_url, "native-b")
+        provider_a = CodexProvider(
+            CodexProviderConfig(
+                provider_name="codex-a", model="model-a", env=hermetic_env(home_a, api_key="sk-a")
+            )
+        )
+        provider_b = CodexProvider(
+            CodexProviderConfig(
+                provider_name="codex-b", model="model-b", env=hermetic_env(home_b, api_key="sk-b")
+            )
+        )
+        server_a.queue_message("answer a")
+        server_b.queue_stall(seconds=30)
+        run_a, run_b = await asyncio.gather(
+            provider_a.start(make_start_request(ws, "task a", provider="codex-a")),
+            provider_b.start(make_start_request(ws, "task b", provider="codex-b")),
+        )
+        try:
+            await server_b.wait_for_requests(1)
+            run_b.cancel()
+            result_b = await run_b.result()
+            result_a = await run_a.result()
+        finally:
+            await asyncio.gather(run_a.aclose(), run_b.aclose())
+        assert result_b.stop_reason is StopReason.ABORTED
+        assert result_a.stop_reason is StopReason.COMPLETED
+        assert result_a.text == "answer a"
+        (req_a,) = server_a.model_requests
+        (req_b,) = server_b.model_requests
+        assert req_a.json["model"] == "model-a"
+        assert req_b.json["model"] == "model-b"
+        assert req_a.headers["authorization"] == "Bearer sk-a"
+        assert req_b.headers["authorization"] == "Bearer sk-b"
+
+
+def _metadata_of(server: FakeResponsesServer, index: int) -> dict[str, Any]:
+    value: dict[str, Any] = json.loads(
+        server.model_requests[index].headers["x-codex-turn-metadata"]
+    )
+    return value
+
+
+async def test_never_overrides_ambient_on_request_and_denies_the_write(
+    fake: FakeResponsesServer, tmp_path: Path
+) -> None:
+    home = write_codex_home(
+        tmp_path / "home", fake.base_url, "mock-model", approval_policy="on-request"
+    )
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    escalate = {
+        "cmd": "touch made.txt",
+        "sandbox_permissions": "require_escalated",
+        "login": False,
+        "yield_time_ms": 20000,
+    }
+    plain = {"cmd": "touch made2.txt", "login": False, "yield_time_ms": 20000}
+    fake.queue(Reply((FunctionCallItem("exec_command", escalate),)))
+    fake.queue(Reply((FunctionCallItem("exec_command", plain),)))
+    fake.queue(HttpStatus(500, {"error": {"message": "boom"}}))
+    provider = CodexProvider(CodexProviderConfig(env=hermetic_env(home)))
+    async with await provider.start(make_start_request(ws, "write a file")) as run:
+        result = await run.result()
+    assert list(ws.iterdir()) == []
+    # Under the ambient on-request policy the escalation would raise an approval request, which
+    # the provider answers "cancel" (the turn would end interrupted after one POST). Under the
+    # thread-level "never" Codex rejects it itself and asks the model again: three POSTs.
+    assert len(fake.model_requests) == 3
+    assert _metadata_of(fake, 0)["sandbox_mode"] == "read-only"
+    outputs = [
+        i for i in fake.model_requests[1].json["input"] if i["type"] == "function_call_output"
+    ]
+    assert "approval policy is Never" in outputs[-1]["output"] or outputs
+    assert result.stop_reason is StopReason.ERROR
+    assert result.diagnostic == (
+        "Product subagent failure (product: Codex; stage: turn; category: internalServerError)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "sandbox_mode"),
+    [
+        ("approve-for-me", "workspace-write"),
+        ("dangerously-bypass-approvals-and-sandbox", "danger-full-access"),
+    ],
+)
+async def test_permissive_modes_write_inside_the_workspace(
+    codex_env: Env, mode: str, sandbox_mode: str
+) -> None:
+    # login=false skips the slow profile; a long yield time makes the tool wait for the exit.
+    command = {"cmd": "echo hi > made.txt", "login": False, "yield_time_ms": 20000}
+    codex_env.server.queue_function_call("exec_command", command)
+    codex_env.server.queue_message("written", phase="final_answer")
+    provider = codex_env.provider(permission_mode=mode)
+    async with await provider.start(codex_env.request("write")) as run:
+        result = await run.result()
+    assert result.text == "written"
+    outputs = [
+        item["output"]
+        for item in codex_env.server.model_requests[1].json["input"]
+        if item["type"] == "function_call_output"
+    ]
+    assert "Process exited with code 0" in outputs[-1]
+    assert (codex_env.workspace / "made.txt").read_text() == "hi\n"
+    assert _metadata_of(codex_env.server, 0)["sandbox_mode"] == sandbox_mode
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "category"),
+    [
+        (HttpStatus(500, {"error": {"message": CANARY}}), "internalServerError"),
+        (
+            HttpStatus(503, {"error": {"message": CANARY, "code": "server_error"}}),
+            "httpConnectionFailed; HTTP status: 503",
+        ),
+        (HttpStatus(400, {"error": {"message": CANARY, "type": "invalid_request_error"}}), "other"),
+    ],
+)
+async def test_model_side_failures_map_to_safe_categories(
+    codex_env: Env,
+    behaviour: HttpStatus,
+    category: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="dsh")
+    monkeypatch.setenv("CANARY_SECRET_TOKEN", CANARY)
+    monkeypatch.setenv("CANARY_PLAIN", CANARY)
+    codex_env.server.queue(behaviour)
+    async with await codex_env.provider().start(codex_env.request("t")) as run:
+        result = await run.result()
+    assert result.stop_reason is StopReason.ERROR
+    assert result.diagnostic == (
+        f"Product subagent failure (product: Codex; stage: turn; category: {category})"
+    )
+    assert CANARY not in repr(result)
+    for record in caplog.records:
+        if record.levelno >= logging.INFO:
+            assert CANARY not in record.getMessage()
+
+
+async def test_context_length_exceeded_is_max_tokens(codex_env: Env) -> None:
+    codex_env.server.queue_failed("context_length_exceeded")
+    async with await codex_env.provider().start(codex_env.request("t")) as run:
+        result = await run.result()
+    assert result.stop_reason is StopReason.MAX_TOKENS
+    assert result.diagnostic == (
+        "Product subagent failure (product: Codex; stage: turn; category: contextWindowExceeded)"
+    )
+
+
+async def test_app_server_killed_mid_turn_is_process_exit(codex_env: Env) -> None:
+    codex_env.server.queue_stall(seconds=30)
+    run = await codex_env.provider().start(codex_env.request("t"))
+    try:
+        await codex_env.server.wait_for_requests(1)
+        os.kill(run._proc.pid, signal.SIGKILL)
+        result = await asyncio.wait_for(run.result(), 10)
+    finally:
+        await run.aclose()
+    assert result.stop_reason is StopReason.ERROR
+    assert result.diagnostic == (
+        "Product subagent failure (product: Codex; stage: process; category: process-exit; "
+        "signal: SIGKILL)"
+    )
+
+
+async def test_cancel_mid_turn_is_aborted_and_leaves_no_process(codex_env: Env) -> None:
+    codex_env.server.queue_stall(seconds=30)
+    run = await codex_env.provider().start(codex_env.request("t"))
+    tree_id = run._proc.tree_id
+    await codex_env.server.wait_for_requests(1)
+    assert await asyncio.to_thread(marked_processes, tree_id)
+    run.cancel()
+    result = await run.result()
+    assert result.stop_reason is StopReason.ABORTED
+    assert result.diagnostic is None
+    assert result.output == ()
+    await run.aclose()
+    assert await asyncio.to_thread(marked_processes, tree_id) == []
+
+
+@pytest.mark.parametrize("how", ["no-payload", "no-package"])
+async def test_missing_payload_fails_safely_and_never_runs_a_host_codex(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    evidence = tmp_path / "host-codex-ran"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake_codex = bindir / "codex"
+    fake_codex.write_text(f"#!/bin/sh\ntouch '{evidence}'\n")
+    fake_codex.chmod(fake_codex.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    if how == "no-payload":
+        empty = tmp_path / "empty-package"
+        empty.mkdir()
+        monkeypatch.setattr(codex_cli_bin, "bundled_package_dir", lambda: empty)
+    else:
+        monkeypatch.setitem(sys.modules, "codex_cli_bin", None)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with pytest.raises(ProductFailure) as info:
+        await CodexProvider().start(make_start_request(ws, "task"))
+    assert str(info.value) == (
+        "subagent-codex: Product subagent failure (product: Codex; stage: initialize; "
+        "category: unknown)"
+    )
+    assert not evidence.exists()
+
+
+def _conformance_route(request: RecordedRequest) -> Behaviour | None:
+    task = request.task_text or ""
+    if task == "fail please":
+        return HttpStatus(500, {"error": {"message": "x"}})
+    if task == "stall please":
+        return Stall((), seconds=20)
+    return Reply((MessageItem("conformance answer", "final_answer"),))
+
+
+async def test_run_provider_conformance(tmp_path: Path) -> None:
+    async with FakeResponsesServer(route=_conformance_route) as fake:
+        home = write_codex_home(tmp_path / "home", fake.base_url, "mock-model")
+        ws = tmp_path / "ws"
+        ws.mkdir()
+
+        def make_provider() -> CodexProvider:
+            return CodexProvider(CodexProviderConfig(env=hermetic_env(home), dispose_grace_ms=2000))
+
+        async def after_each() -> None:
+            assert await asyncio.to_thread(marked_processes) == []
+
+        await run_provider_conformance(
+            make_provider,
+            make_request=lambda: make_start_request(ws, "answer please"),
+            make_failing_request=lambda: make_start_request(ws, "fail please"),
+            make_long_request=lambda: make_start_request(ws, "stall please"),
+            after_each=after_each,
+        )
+
+
+async def test_dropped_stream_is_other_and_unphased_answer_is_used(codex_env: Env) -> None:
+    codex_env.server.queue(Drop((MessageItem("partial"),)))
+    async with await codex_env.provider().start(codex_env.request("t")) as run:
+        result = await run.result()
+    assert result.diagnostic == (
+        "Product subagent failure (product: Codex; stage: turn; category: other)"
+    )
+    codex_env.server.queue(Reply((MessageItem("first"), MessageItem("second"))))
+    async with await codex_env.provider().start(codex_env.request("t")) as run:
+        assert (await run.result()).text == "second"
