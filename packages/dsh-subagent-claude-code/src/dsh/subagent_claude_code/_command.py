@@ -1,0 +1,82 @@
+"""The bundled CLI, its argv and its child environment (built by us, pinned against the SDK)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import claude_agent_sdk
+
+from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
+
+__all__ = ["SESSION_MARKERS", "bundled_cli", "child_env_overlay", "cli_argv"]
+
+SESSION_MARKERS = (
+    "CLAUDECODE",
+    "CLAUDE_CODE_SESSION_ID",
+    "CLAUDE_CODE_CHILD_SESSION",
+    "CLAUDE_PID",
+)
+"""Set by an enclosing Claude Code session; removed so nested runs work."""
+
+_DERIVED_CLIENT_APP_ENV = "CLAUDE_AGENT_SDK_DERIVED_CLIENT_APP"
+
+
+class PayloadMissing(Exception):
+    """The bundled CLI is missing or not executable (the raw reason stays here)."""
+
+
+def bundled_cli() -> str:
+    """The path of the CLI bundled in the installed ``claude-agent-sdk`` wheel; no fallback."""
+    path = Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
+    if not path.is_file():
+        raise PayloadMissing("the claude-agent-sdk wheel carries no bundled CLI")
+    if not os.access(path, os.X_OK):
+        raise PayloadMissing("the bundled CLI is not executable")
+    return str(path)
+
+
+def disallowed_tools(config: ClaudeCodeProviderConfig) -> list[str]:
+    tools = ["AskUserQuestion"]
+    if config.permission_mode == "plan":
+        tools.append("ExitPlanMode")
+    return tools
+
+
+def cli_argv(cli: str, config: ClaudeCodeProviderConfig) -> list[str]:
+    """The CLI's argv, in the order the SDK's own builder uses (see tests/test_argv_pin.py)."""
+    argv = [cli, "--output-format", "stream-json", "--verbose"]
+    argv += ["--disallowedTools", ",".join(disallowed_tools(config))]
+    if config.model is not None:
+        argv += ["--model", config.model]
+    if config.permission_mode != "bypassPermissions":
+        argv += ["--permission-prompt-tool", "stdio"]
+    argv += ["--permission-mode", config.permission_mode]
+    argv += ["--no-session-persistence"]
+    argv += ["--input-format", "stream-json"]
+    return argv
+
+
+def child_env_overlay(
+    config: ClaudeCodeProviderConfig,
+    *,
+    cwd: str,
+    tmp_dir: str | None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, str | None]:
+    """The overlay for ``build_child_env``: inherited names, ``env``, SDK names, tombstones."""
+    ambient: Mapping[str, str] = os.environ if environ is None else environ
+    overlay: dict[str, str | None] = {
+        name: ambient[name] for name in config.inherit_env if name in ambient
+    }
+    overlay.update(config.env)
+    overlay.setdefault("CLAUDE_CODE_ENTRYPOINT", "sdk-py")
+    overlay["CLAUDE_AGENT_SDK_VERSION"] = claude_agent_sdk.__version__
+    overlay["PWD"] = cwd
+    for name in (*SESSION_MARKERS, _DERIVED_CLIENT_APP_ENV):
+        overlay[name] = None
+    if tmp_dir is not None:
+        overlay["TMPDIR"] = tmp_dir
+        overlay["CLAUDE_CODE_TMPDIR"] = tmp_dir
+    return overlay

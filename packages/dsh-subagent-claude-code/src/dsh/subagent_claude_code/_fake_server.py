@@ -1,0 +1,433 @@
+"""A loopback Anthropic Messages API for keyless runs of the real Claude Code CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import uuid
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+__all__ = ["Behaviour", "FakeMessagesServer", "RecordedRequest", "hermetic_env"]
+
+_DEFAULT_MODEL = "claude-sonnet-5-5"
+_USAGE = {"input_tokens": 10, "output_tokens": 5}
+
+
+@dataclass(frozen=True, slots=True)
+class Behaviour:
+    """One queued answer: ``text``, ``tool_use``, ``http_error``, ``drop`` or ``stall``."""
+
+    kind: Literal["text", "tool_use", "http_error", "drop", "stall"]
+    text: str = ""
+    tool_name: str = ""
+    tool_input: Mapping[str, Any] = field(default_factory=dict)
+    status: int = 0
+    body: str = ""
+    match: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    """One request as the server saw it (headers keyed in lower case)."""
+
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+    body: dict[str, Any] | None
+    raw_body: bytes
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.body and self.body.get("stream"))
+
+    @property
+    def model(self) -> str | None:
+        value = (self.body or {}).get("model")
+        return value if isinstance(value, str) else None
+
+    @property
+    def task(self) -> str | None:
+        """The last text block of the first user message (where Claude Code puts the task)."""
+        return _task_of(self.body)
+
+    @property
+    def answers_tool(self) -> bool:
+        """True when the last message is a user message carrying a ``tool_result`` block."""
+        messages = (self.body or {}).get("messages") or []
+        if not messages or not isinstance(messages[-1], dict):
+            return False
+        last = messages[-1]
+        content = last.get("content")
+        return (
+            last.get("role") == "user"
+            and isinstance(content, list)
+            and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+        )
+
+
+def _task_of(body: dict[str, Any] | None) -> str | None:
+    for message in (body or {}).get("messages") or []:
+        if not isinstance(message, dict) or message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        texts = [
+            b.get("text")
+            for b in content or []
+            if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+        ]
+        return texts[-1] if texts else None
+    return None
+
+
+class FakeMessagesServer:
+    """An Anthropic Messages API on 127.0.0.1, in a background thread.
+
+    Answers ``POST /v1/messages`` (with or without ``?beta=true``) from a FIFO queue of
+    behaviours; a behaviour queued with ``match=`` serves only requests whose task contains that
+    text (so concurrent runs can be scripted apart). Streaming requests get SSE, the CLI's
+    non-streaming fallback gets plain JSON. With the queue empty the server answers
+    ``default_text`` (or HTTP 500 when that is ``None``). Every request is recorded.
+
+    Use as a context manager (sync or async) or call :meth:`start` and :meth:`close`.
+    """
+
+    def __init__(self, *, default_text: str | None = None) -> None:
+        self.default_text = default_text
+        self._queue: deque[Behaviour] = deque()
+        self._lock = threading.Lock()
+        self._records: list[RecordedRequest] = []
+        self._released = threading.Event()
+        self._arrived = threading.Condition(self._lock)
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> FakeMessagesServer:
+        if self._httpd is not None:
+            return self
+        server = self
+
+        class Handler(_Handler):
+            fake = server
+
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        httpd.daemon_threads = True
+        self._httpd = httpd
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving; stalled requests are released (their connections are closed)."""
+        self._released.set()
+        httpd, self._httpd = self._httpd, None
+        if httpd is not None:
+            httpd.shutdown()
+            httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> FakeMessagesServer:
+        return self.start()
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> FakeMessagesServer:
+        return self.start()
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @property
+    def base_url(self) -> str:
+        if self._httpd is None:
+            raise RuntimeError("FakeMessagesServer is not started")
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    # ---- scripting ------------------------------------------------------------------------
+
+    def queue(self, behaviour: Behaviour) -> None:
+        with self._lock:
+            self._queue.append(behaviour)
+
+    def queue_text(self, text: str, *, match: str | None = None) -> None:
+        self.queue(Behaviour("text", text=text, match=match))
+
+    def queue_tool_use(
+        self, name: str, tool_input: Mapping[str, Any], *, match: str | None = None
+    ) -> None:
+        self.queue(Behaviour("tool_use", tool_name=name, tool_input=dict(tool_input), match=match))
+
+    def queue_http_error(
+        self, status: int, message: str = "fake error", *, match: str | None = None
+    ) -> None:
+        """An HTTP error with an Anthropic-shaped JSON error body carrying ``message``."""
+        self.queue(Behaviour("http_error", status=status, body=message, match=match))
+
+    def queue_drop(self, partial_text: str = "partial", *, match: str | None = None) -> None:
+        """Send the start of an answer, then close the connection mid-stream."""
+        self.queue(Behaviour("drop", text=partial_text, match=match))
+
+    def queue_stall(self, *, match: str | None = None) -> None:
+        """Accept the request and never answer (until :meth:`release_stalls` or close)."""
+        self.queue(Behaviour("stall", match=match))
+
+    def release_stalls(self) -> None:
+        """Let every stalled request end (its connection is closed); later stalls stall again."""
+        released, self._released = self._released, threading.Event()
+        released.set()
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._queue)
+
+    # ---- observation ----------------------------------------------------------------------
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every ``POST`` to ``/v1/messages`` so far, in arrival order."""
+        with self._lock:
+            return list(self._records)
+
+    def wait_for_requests(self, count: int, timeout: float = 30.0) -> bool:
+        """Block (in a thread, not on an event loop) until ``count`` requests arrived."""
+        with self._arrived:
+            return self._arrived.wait_for(lambda: len(self._records) >= count, timeout)
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _take(self, record: RecordedRequest) -> Behaviour | None:
+        with self._lock:
+            self._records.append(record)
+            self._arrived.notify_all()
+            task = record.task or ""
+            for behaviour in self._queue:
+                if behaviour.match is None or behaviour.match in task:
+                    self._queue.remove(behaviour)
+                    return behaviour
+        if self.default_text is None:
+            return None
+        return Behaviour("text", text=self.default_text)
+
+    def _wait_released(self) -> None:
+        self._released.wait()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    fake: FakeMessagesServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_HEAD(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def do_GET(self) -> None:
+        self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "no"}})
+
+    def do_POST(self) -> None:
+        url = urlsplit(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length > 0 else b""
+        if url.path.rstrip("/") != "/v1/messages":
+            self._json(
+                404, {"type": "error", "error": {"type": "not_found_error", "message": "no"}}
+            )
+            return
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        record = RecordedRequest(
+            method="POST",
+            path=url.path,
+            query=url.query,
+            headers={k.lower(): v for k, v in self.headers.items()},
+            body=body if isinstance(body, dict) else None,
+            raw_body=raw,
+        )
+        behaviour = self.fake._take(record)
+        model = record.model or _DEFAULT_MODEL
+        if behaviour is None:
+            self._json(500, _error_body(500, "no answer queued"))
+        elif behaviour.kind == "http_error":
+            self._json(behaviour.status, _error_body(behaviour.status, behaviour.body))
+        elif behaviour.kind == "stall":
+            self.fake._wait_released()
+            self.close_connection = True
+        elif behaviour.kind == "drop":
+            self._drop(record.stream, behaviour, model)
+        elif record.stream:
+            self._sse(list(_events(behaviour, model)))
+        else:
+            self._json(200, _message(behaviour, model))
+
+    def _json(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        if status >= 400:
+            self.send_header("x-should-retry", "false")
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = True
+
+    def _sse_head(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+
+    def _sse(self, events: list[tuple[str, dict[str, Any]]]) -> None:
+        self._sse_head()
+        self.wfile.write(b"".join(_frame(name, data) for name, data in events))
+        self.wfile.flush()
+        self.close_connection = True
+
+    def _drop(self, stream: bool, behaviour: Behaviour, model: str) -> None:
+        if stream:
+            self._sse_head()
+            events = list(_events(Behaviour("text", text=behaviour.text or "partial"), model))
+            self.wfile.write(b"".join(_frame(n, d) for n, d in events[:3]))
+            self.wfile.flush()
+        self.close_connection = True
+        self.connection.shutdown(2)
+
+
+def _frame(name: str, data: dict[str, Any]) -> bytes:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _error_body(status: int, message: str) -> dict[str, Any]:
+    kind = {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        403: "permission_error",
+        404: "not_found_error",
+        429: "rate_limit_error",
+        529: "overloaded_error",
+    }.get(status, "api_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def _blocks(behaviour: Behaviour) -> tuple[list[dict[str, Any]], str]:
+    if behaviour.kind == "tool_use":
+        block = {
+            "type": "tool_use",
+            "id": f"toolu_{uuid.uuid4().hex[:20]}",
+            "name": behaviour.tool_name,
+            "input": dict(behaviour.tool_input),
+        }
+        return [block], "tool_use"
+    return [{"type": "text", "text": behaviour.text}], "end_turn"
+
+
+def _message(behaviour: Behaviour, model: str) -> dict[str, Any]:
+    blocks, stop = _blocks(behaviour)
+    return {
+        "id": f"msg_{uuid.uuid4().hex[:24]}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": blocks,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": dict(_USAGE),
+    }
+
+
+def _events(behaviour: Behaviour, model: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    message = _message(behaviour, model)
+    blocks = message["content"]
+    start = {**message, "content": [], "stop_reason": None}
+    yield "message_start", {"type": "message_start", "message": start}
+    for index, block in enumerate(blocks):
+        if block["type"] == "text":
+            yield (
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {**block, "text": ""},
+                },
+            )
+            delta = {"type": "text_delta", "text": block["text"]}
+        else:
+            yield (
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {**block, "input": {}},
+                },
+            )
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+        yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+        yield "content_block_stop", {"type": "content_block_stop", "index": index}
+    yield (
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+            "usage": {"output_tokens": _USAGE["output_tokens"]},
+        },
+    )
+    yield "message_stop", {"type": "message_stop"}
+
+
+def hermetic_env(
+    root: str | os.PathLike[str],
+    base_url: str,
+    *,
+    api_key: str = "sk-ant-dsh-fake-key",
+    api_timeout_ms: int = 20_000,
+) -> dict[str, str]:
+    """The env overlay for a keyless run against ``base_url`` with homes under ``root``.
+
+    Creates ``<root>/home`` and ``<root>/claude-config``. Pass the result as the provider's
+    ``env``. ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` is the one switch that stops all other
+    traffic; retries are off so a model-side failure surfaces at once.
+    """
+    base = Path(root)
+    home = base / "home"
+    config = base / "claude-config"
+    home.mkdir(parents=True, exist_ok=True)
+    config.mkdir(parents=True, exist_ok=True)
+    return {
+        "ANTHROPIC_BASE_URL": base_url,
+        "ANTHROPIC_API_KEY": api_key,
+        "HOME": str(home),
+        "CLAUDE_CONFIG_DIR": str(config),
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "CLAUDE_CODE_MAX_RETRIES": "0",
+        "API_TIMEOUT_MS": str(api_timeout_ms),
+    }

@@ -1,0 +1,101 @@
+"""Result mapping: strict success, the coarse category table, permission fact lines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from claude_agent_sdk import ResultMessage
+
+from dsh.subagent import FailureFacts
+
+__all__ = [
+    "DENY_MESSAGE",
+    "PRODUCT",
+    "category_of",
+    "fact_line",
+    "is_strict_success",
+    "result_facts",
+]
+
+PRODUCT = "Claude Code"
+DENY_MESSAGE = "This unattended Claude Code subagent cannot request human approval."
+
+_SUBTYPE_CATEGORIES = {
+    "error_max_turns": "turn-limit",
+    "error_max_budget_usd": "budget-limit",
+    "error_max_structured_output_retries": "structured-output",
+    "error_during_execution": "execution",
+}
+
+REQUEST_TOOL = "tool permission"
+REQUEST_ELICITATION = "MCP elicitation"
+REQUEST_DIALOG = "user dialog"
+
+REASON_CALLBACK = "the provider does not request human approval"
+REASON_ELICITATION = "the provider does not collect interactive MCP input"
+REASON_DIALOG = "the provider does not render blocking dialogs"
+REASON_PRODUCT = "Claude Code denied the request before an interactive prompt"
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionFact:
+    request: str
+    decision: str
+    reason: str
+
+
+def fact_line(mode: str, fact: PermissionFact) -> str:
+    return (
+        f"Claude Code unattended decision (mode: {mode}; request: {fact.request}; "
+        f"decision: {fact.decision}): {fact.reason}"
+    )
+
+
+def is_strict_success(message: ResultMessage) -> bool:
+    return (
+        message.subtype == "success"
+        and message.is_error is False
+        and isinstance(message.result, str)
+        and message.result.strip() != ""
+    )
+
+
+def _status(message: ResultMessage) -> int | None:
+    status = message.api_error_status
+    return status if isinstance(status, int) and not isinstance(status, bool) else None
+
+
+def category_of(message: ResultMessage, assistant_error: str | None) -> str:
+    """The coarse category of a non-success result (never its prose, subtype or errors)."""
+    if message.subtype in _SUBTYPE_CATEGORIES:
+        return _SUBTYPE_CATEGORIES[message.subtype]
+    if message.subtype != "success":
+        return "unknown"
+    if not message.is_error:
+        return "invalid-success"
+    status = _status(message)
+    if status is not None:
+        if status in (401, 403):
+            return "authentication"
+        if status == 429:
+            return "rate-limit"
+        if 500 <= status <= 599:
+            return "server"
+        if 400 <= status <= 499:
+            return "request"
+        return "unknown"
+    text = message.result if isinstance(message.result, str) else ""
+    if assistant_error == "authentication_failed" or "not logged in" in text.lower():
+        return "authentication"
+    if message.terminal_reason == "api_error" or assistant_error is not None:
+        return "connection"
+    return "unknown"
+
+
+def result_facts(message: ResultMessage, assistant_error: str | None) -> FailureFacts:
+    return FailureFacts(
+        product=PRODUCT,
+        stage="query-run",
+        category=category_of(message, assistant_error),
+        http_status=_status(message),
+    )

@@ -1,0 +1,161 @@
+"""``ClaudeCodeProvider``: checks, spawn through our transport, publication, rollback."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Self
+
+from dsh.subagent import (
+    NO_START_CAPABILITIES,
+    Capabilities,
+    FailureFacts,
+    ProductFailure,
+    ResolvedStartRequest,
+    TextBlock,
+)
+from dsh.subagent_claude_code._command import (
+    PayloadMissing,
+    bundled_cli,
+    child_env_overlay,
+    cli_argv,
+)
+from dsh.subagent_claude_code._mapping import PRODUCT
+from dsh.subagent_claude_code._run import PREFIX, ClaudeCodeRun, StartupExit
+from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
+from dsh.subprocess import SpawnSpec, SubprocessRuntime, default_runtime, reap_orphans
+
+__all__ = ["ClaudeCodeProvider"]
+
+_log = logging.getLogger("dsh.subagent_claude_code")
+
+_reap_lock = threading.Lock()
+_reaped = False
+
+
+def _reap_once() -> None:
+    global _reaped
+    with _reap_lock:
+        if not _reaped:
+            reap_orphans()
+            _reaped = True
+
+
+def _enterable_dir(cwd: str) -> bool:
+    """An absolute path to a directory we may enter (a few stat calls: microseconds)."""
+    path = Path(cwd)
+    return path.is_absolute() and path.is_dir() and os.access(path, os.X_OK)
+
+
+def _start_failure(category: str = "unknown") -> ProductFailure:
+    facts = FailureFacts(product=PRODUCT, stage="query-start", category=category)
+    return ProductFailure.from_facts(PREFIX, facts)
+
+
+class ClaudeCodeProvider:
+    """Runs one-shot tasks on the Claude Code CLI bundled in ``claude-agent-sdk``.
+
+    Building a provider starts no process and does no PATH lookup; ``start()`` does the work.
+    """
+
+    capabilities: Capabilities = NO_START_CAPABILITIES
+    inherits_parent_context: bool = False
+
+    def __init__(
+        self,
+        config: ClaudeCodeProviderConfig | None = None,
+        *,
+        runtime: SubprocessRuntime | None = None,
+    ) -> None:
+        self.config = config if config is not None else ClaudeCodeProviderConfig()
+        self._runtime = runtime
+        self._cli_command: Sequence[str] | None = None  # test-only seam (see .testing)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Self:
+        """Build from a plain mapping (entry-point loading), validated by the pydantic config."""
+        return cls(ClaudeCodeProviderConfig.model_validate(dict(config)))
+
+    @property
+    def name(self) -> str:
+        return self.config.provider_name
+
+    async def start(self, request: ResolvedStartRequest) -> ClaudeCodeRun:
+        cwd = request.parent.cwd
+        if cwd is None:
+            raise ProductFailure(
+                f"{PREFIX}: no working directory for the child — delegate from a parent "
+                "session that has one"
+            )
+        if not _enterable_dir(cwd):
+            error = _start_failure()
+            raise error from NotADirectoryError(cwd)
+        blocks = tuple(request.prompt)
+        if not all(isinstance(b, TextBlock) for b in blocks):
+            raise ProductFailure(f"{PREFIX}: the one-shot task must contain only text blocks")
+        prompt = "".join(b.text for b in blocks if isinstance(b, TextBlock))
+        if not prompt.strip():
+            raise ProductFailure(f"{PREFIX}: the one-shot task must not be empty")
+        if not _reaped:
+            await asyncio.to_thread(_reap_once)
+        argv = self._argv()
+        tmp_dir = (
+            tempfile.mkdtemp(prefix=f"dsh-claude-{os.getpid()}-")
+            if self.config.private_tmp
+            else None
+        )
+        spec = SpawnSpec(
+            argv=argv,
+            cwd=cwd,
+            env=child_env_overlay(self.config, cwd=cwd, tmp_dir=tmp_dir),
+            stdin="pipe",
+            stdout="pipe",
+            stderr="pipe",
+            grace_ms=self.config.dispose_grace_ms,
+        )
+        run = ClaudeCodeRun(self.config, spec, self._runtime or default_runtime(), tmp_dir)
+        try:
+            run.begin(prompt)
+            await run.wait_ready()
+        except BaseException as error:
+            await self._rollback(run, error)
+            raise AssertionError("unreachable") from None
+        _log.debug("Claude Code run %s published", run.id)
+        return run
+
+    def _argv(self) -> list[str]:
+        if self._cli_command is not None:
+            return [*self._cli_command, *cli_argv("claude", self.config)[1:]]
+        try:
+            cli = bundled_cli()
+        except PayloadMissing as error:
+            _log.debug("Claude Code payload check failed", exc_info=True)
+            raise _start_failure() from error
+        return cli_argv(cli, self.config)
+
+    async def _rollback(self, run: ClaudeCodeRun, error: BaseException) -> None:
+        """Close the query, run the ladder, wait for whole-tree exit; then raise."""
+        if isinstance(error, StartupExit):
+            failure = ProductFailure.from_facts(PREFIX, run.startup_facts())
+            cause: BaseException = run.startup_cause or error
+        elif isinstance(error, Exception):
+            failure, cause = _start_failure(), error
+        else:
+            failure, cause = None, error
+        try:
+            await run.aclose()
+        except Exception as teardown:
+            if failure is None:
+                raise error from teardown
+            failure.__cause__ = cause
+            message = f"{failure}; {teardown}"
+            raise ExceptionGroup(message, [failure, teardown]) from None
+        if failure is None:
+            raise error
+        _log.debug("Claude Code start failed", exc_info=cause)
+        raise failure from cause

@@ -1,0 +1,295 @@
+"""One published Claude Code run: the consuming task, the latch, cancel-wins, teardown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import uuid
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Any, Self
+
+from claude_agent_sdk import (
+    AssistantMessage,
+    ClaudeAgentOptions,
+    PermissionResultAllow,
+    PermissionResultDeny,
+    ResultMessage,
+    SystemMessage,
+    ToolPermissionContext,
+    query,
+)
+from claude_agent_sdk._errors import CLIConnectionError, ProcessError
+
+from dsh.subagent import (
+    FailureFacts,
+    ProductFailure,
+    ResultLatch,
+    StopReason,
+    SubagentResult,
+    TextBlock,
+    failure_line,
+)
+from dsh.subagent_claude_code._mapping import (
+    DENY_MESSAGE,
+    PRODUCT,
+    REASON_CALLBACK,
+    REASON_DIALOG,
+    REASON_ELICITATION,
+    REASON_PRODUCT,
+    REQUEST_DIALOG,
+    REQUEST_ELICITATION,
+    REQUEST_TOOL,
+    PermissionFact,
+    fact_line,
+    is_strict_success,
+    result_facts,
+)
+from dsh.subagent_claude_code._transport import DshTransport
+from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
+from dsh.subprocess import ManagedProcess, SpawnSpec, SubprocessRuntime
+
+__all__ = ["PREFIX", "ClaudeCodeRun", "StartupExit"]
+
+_log = logging.getLogger("dsh.subagent_claude_code")
+
+PREFIX = "subagent-claude-code"
+_CONSUMER_STOP_S = 2.0
+"""After whole-tree exit, how long the SDK generator may take to end before it is cancelled."""
+
+
+class StartupExit(Exception):
+    """The CLI ended (or the SDK failed) before the prompt was delivered."""
+
+
+class ClaudeCodeRun:
+    """A run whose CLI is live and whose prompt has been delivered (see ``start()``)."""
+
+    def __init__(
+        self,
+        config: ClaudeCodeProviderConfig,
+        spec: SpawnSpec,
+        runtime: SubprocessRuntime,
+        tmp_dir: str | None,
+    ) -> None:
+        self.id = str(uuid.uuid4())
+        self._config = config
+        self._mode = config.permission_mode
+        self._tmp_dir = tmp_dir
+        self._latch = ResultLatch()
+        self._fact: PermissionFact | None = None
+        self._startup: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._transport = DshTransport(
+            spec,
+            runtime,
+            stderr=config.stderr,
+            on_control=self._on_control,
+            on_spawned=self._on_spawned,
+            on_prompt_sent=self._on_prompt_sent,
+        )
+        self._task: asyncio.Task[None] | None = None
+        self._exit_watch: asyncio.Task[None] | None = None
+        self._dispose: asyncio.TimerHandle | None = None
+        self._close_lock = asyncio.Lock()
+        self._closed = False
+        self._error: BaseException | None = None
+
+    # ---- SubagentRun ----------------------------------------------------------------------
+
+    async def result(self) -> SubagentResult:
+        return await asyncio.shield(self._latch.wait())
+
+    def cancel(self, reason: str | None = None) -> None:
+        """Settle ``aborted`` at once and start the SIGTERM-first ladder (idempotent)."""
+        self._latch.abort()
+        self._transport.terminate()
+
+    async def aclose(self) -> None:
+        """Cancel if open, then return once the whole tree has exited. Idempotent."""
+        async with self._close_lock:
+            if self._closed:
+                return
+            self.cancel()
+            teardown: BaseException | None = None
+            try:
+                await self._transport.close()
+            except Exception as error:
+                teardown = error
+            finally:
+                await self._stop_consumer()
+                await self._remove_tmp()
+            self._closed = True
+        if teardown is not None:
+            _log.debug("Claude Code teardown failed", exc_info=teardown)
+            facts = FailureFacts(product=PRODUCT, stage="teardown", category="unknown")
+            raise ProductFailure.from_facts(PREFIX, facts) from teardown
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    # ---- startup (driven by the provider) -------------------------------------------------
+
+    def begin(self, prompt: str) -> None:
+        can_use_tool = None if self._mode == "bypassPermissions" else self._can_use_tool
+        options = ClaudeAgentOptions(can_use_tool=can_use_tool)
+        messages = query(prompt=prompt, options=options, transport=self._transport)
+        self._task = asyncio.get_running_loop().create_task(self._consume(messages))
+        self._task.add_done_callback(self._on_consumer_done)
+
+    async def wait_ready(self) -> None:
+        """Return once the prompt is delivered; raise ``StartupExit`` if the run ended first."""
+        await asyncio.shield(self._startup)
+
+    def startup_facts(self) -> FailureFacts:
+        outcome = self._transport.outcome
+        if outcome is not None and not self._transport.stopped_by_us and outcome.exit_code != 0:
+            return FailureFacts(
+                product=PRODUCT,
+                stage="query-start",
+                category="process-exit",
+                exit_code=outcome.exit_code,
+                signal=outcome.signal,
+            )
+        return FailureFacts(product=PRODUCT, stage="query-start", category="unknown")
+
+    @property
+    def startup_cause(self) -> BaseException | None:
+        return self._error
+
+    # ---- callbacks ------------------------------------------------------------------------
+
+    def _record(self, request: str, decision: str, reason: str) -> None:
+        self._fact = PermissionFact(request, decision, reason)
+
+    async def _can_use_tool(
+        self, tool_name: str, tool_input: dict[str, Any], context: ToolPermissionContext
+    ) -> PermissionResultAllow | PermissionResultDeny:
+        self._record(REQUEST_TOOL, "denied", REASON_CALLBACK)
+        return PermissionResultDeny(message=DENY_MESSAGE)
+
+    def _on_control(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        subtype = request.get("subtype")
+        if subtype == "elicitation":
+            self._record(REQUEST_ELICITATION, "declined", REASON_ELICITATION)
+            return {"action": "decline"}
+        if subtype == "request_user_dialog":
+            self._record(REQUEST_DIALOG, "cancelled", REASON_DIALOG)
+            return {"behavior": "cancelled"}
+        return None
+
+    def _on_spawned(self, process: ManagedProcess) -> None:
+        loop = asyncio.get_running_loop()
+        self._exit_watch = loop.create_task(self._watch_startup_exit(process))
+
+    async def _watch_startup_exit(self, process: ManagedProcess) -> None:
+        await process.wait()
+        if not self._startup.done():
+            self._startup.set_exception(StartupExit("the CLI exited during startup"))
+
+    def _on_prompt_sent(self) -> None:
+        if not self._startup.done():
+            self._startup.set_result(None)
+
+    def _on_consumer_done(self, task: asyncio.Task[None]) -> None:
+        if not self._startup.done():
+            self._startup.set_exception(StartupExit("the SDK query ended during startup"))
+        # The future's exception may never be retrieved once the run is published.
+        with contextlib.suppress(BaseException):
+            self._startup.exception()
+
+    # ---- consuming ------------------------------------------------------------------------
+
+    async def _consume(self, messages: AsyncIterator[Any]) -> None:
+        last_result: ResultMessage | None = None
+        success: str | None = None
+        assistant_error: str | None = None
+        error: BaseException | None = None
+        try:
+            async for message in messages:
+                if isinstance(message, ResultMessage):
+                    last_result = message
+                    success = message.result if is_strict_success(message) else None
+                    self._arm_dispose()
+                elif isinstance(message, AssistantMessage):
+                    if message.error is not None:
+                        assistant_error = str(message.error)
+                elif isinstance(message, SystemMessage) and message.subtype == "permission_denied":
+                    self._record(REQUEST_TOOL, "denied", REASON_PRODUCT)
+        except asyncio.CancelledError:
+            raise
+        except Exception as caught:
+            error = caught
+            self._error = caught
+            _log.debug("Claude Code query ended with an exception", exc_info=True)
+        finally:
+            if self._dispose is not None:
+                self._dispose.cancel()
+        self._latch.settle(self._outcome(last_result, success, assistant_error, error))
+
+    def _arm_dispose(self) -> None:
+        if self._dispose is None:
+            loop = asyncio.get_running_loop()
+            delay = self._config.dispose_grace_ms / 1000.0
+            self._dispose = loop.call_later(delay, self._transport.terminate)
+
+    def _outcome(
+        self,
+        last_result: ResultMessage | None,
+        success: str | None,
+        assistant_error: str | None,
+        error: BaseException | None,
+    ) -> SubagentResult:
+        if error is None and success is not None:
+            return SubagentResult(StopReason.COMPLETED, (TextBlock(success),), None)
+        if last_result is not None and not is_strict_success(last_result):
+            facts = result_facts(last_result, assistant_error)
+        elif isinstance(error, ProcessError | CLIConnectionError) or (
+            error is None and self._exited_abnormally()
+        ):
+            outcome = self._transport.outcome
+            if outcome is not None and outcome.exit_code != 0:
+                facts = FailureFacts(
+                    product=PRODUCT,
+                    stage="process",
+                    category="process-exit",
+                    exit_code=outcome.exit_code,
+                    signal=outcome.signal,
+                )
+            else:
+                facts = FailureFacts(product=PRODUCT, stage="query-run", category="unknown")
+        elif error is None:
+            facts = FailureFacts(product=PRODUCT, stage="query-run", category="missing-result")
+        else:
+            facts = FailureFacts(product=PRODUCT, stage="query-run", category="unknown")
+        diagnostic = failure_line(facts)
+        if self._fact is not None:
+            diagnostic = f"{diagnostic}\n{fact_line(self._mode, self._fact)}"
+        return SubagentResult(StopReason.ERROR, (), diagnostic)
+
+    def _exited_abnormally(self) -> bool:
+        outcome = self._transport.outcome
+        return outcome is not None and not self._transport.stopped_by_us and outcome.exit_code != 0
+
+    # ---- teardown -------------------------------------------------------------------------
+
+    async def _stop_consumer(self) -> None:
+        tasks = [t for t in (self._task, self._exit_watch) if t is not None]
+        if not tasks:
+            return
+        await asyncio.wait(tasks, timeout=_CONSUMER_STOP_S)
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _remove_tmp(self) -> None:
+        if self._tmp_dir is not None:
+            path, self._tmp_dir = self._tmp_dir, None
+            await asyncio.to_thread(shutil.rmtree, path, True)

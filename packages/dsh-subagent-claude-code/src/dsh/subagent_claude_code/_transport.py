@@ -1,0 +1,247 @@
+"""Our implementation of the SDK's public ``Transport`` ABC: dsh owns the CLI process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Literal
+
+from claude_agent_sdk import Transport
+from claude_agent_sdk._errors import CLIConnectionError, CLIJSONDecodeError, ProcessError
+
+from dsh.subprocess import ManagedProcess, ProcessOutcome, SpawnSpec, SubprocessRuntime
+
+__all__ = ["DshTransport"]
+
+_log = logging.getLogger("dsh.subagent_claude_code")
+
+MAX_LINE_BYTES = 64 * 1024 * 1024
+"""One stdout frame may be this large (the asyncio ``readline()`` default of 64 KiB is not)."""
+_READ_CHUNK = 256 * 1024
+_EOF_AFTER_EXIT_S = 0.5
+"""How long stdout may stay open after the CLI exited (a descendant holding the pipe)."""
+
+ControlHandler = Callable[[dict[str, Any]], dict[str, Any] | None]
+
+
+class DshTransport(Transport):
+    """Spawns the CLI through ``dsh.subprocess``; ``close()`` starts the SIGTERM-first ladder.
+
+    ``on_control`` may answer a CLI control request itself (it returns the response payload);
+    the request is then never shown to the SDK. ``on_spawned`` runs once the CLI is live,
+    ``on_prompt_sent`` once the SDK has written the first user message (the handshake is done).
+    """
+
+    def __init__(
+        self,
+        spec: SpawnSpec,
+        runtime: SubprocessRuntime,
+        *,
+        stderr: Literal["forward", "discard"],
+        on_control: ControlHandler,
+        on_spawned: Callable[[ManagedProcess], None],
+        on_prompt_sent: Callable[[], None],
+    ) -> None:
+        self._spec = spec
+        self._runtime = runtime
+        self._stderr_mode = stderr
+        self._on_control = on_control
+        self._on_spawned = on_spawned
+        self._on_prompt_sent = on_prompt_sent
+        self.process: ManagedProcess | None = None
+        self._write_lock = asyncio.Lock()
+        self._ready = False
+        self._stdin_closed = False
+        self._stopped_by_us = False
+        self._prompt_sent = False
+        self._stderr_task: asyncio.Task[None] | None = None
+        self._eof_task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # ---- ladder (sync, usable from cancel()) ----------------------------------------------
+
+    @property
+    def stopped_by_us(self) -> bool:
+        return self._stopped_by_us
+
+    @property
+    def outcome(self) -> ProcessOutcome | None:
+        return None if self.process is None else self.process.outcome
+
+    def terminate(self) -> None:
+        """Start the ladder now (SIGTERM to the whole tree, SIGKILL after the grace)."""
+        self._stopped_by_us = True
+        if self.process is not None:
+            self.process.terminate()
+
+    # ---- Transport ------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        if self.process is not None:
+            return
+        if self._stopped_by_us:
+            raise CLIConnectionError("the run was stopped before the CLI started")
+        process = await self._runtime.spawn(self._spec)
+        self.process = process
+        self._ready = True
+        loop = asyncio.get_running_loop()
+        if process.stderr is not None:
+            self._stderr_task = loop.create_task(self._drain_stderr(process.stderr))
+        self._eof_task = loop.create_task(self._eof_after_exit(process))
+        self._on_spawned(process)
+
+    async def write(self, data: str) -> None:
+        async with self._write_lock:
+            process = self.process
+            if not self._ready or process is None or process.stdin is None or self._stdin_closed:
+                raise CLIConnectionError("the CLI's stdin is not open")
+            if process.outcome is not None:
+                raise CLIConnectionError("the CLI has exited")
+            try:
+                process.stdin.write(data.encode("utf-8"))
+                await process.stdin.drain()
+            except (OSError, RuntimeError) as error:
+                self._ready = False
+                raise CLIConnectionError("writing to the CLI's stdin failed") from error
+        if not self._prompt_sent and _is_user_message(data):
+            self._prompt_sent = True
+            self._on_prompt_sent()
+
+    async def end_input(self) -> None:
+        async with self._write_lock:
+            self._close_stdin()
+
+    def is_ready(self) -> bool:
+        return self._ready
+
+    def read_messages(self) -> AsyncIterator[dict[str, Any]]:
+        return self._read()
+
+    async def close(self) -> None:
+        """Idempotent: ladder, then whole-tree exit (ManagedProcess.aclose kills synchronously in
+        its ``finally`` if this is interrupted)."""
+        self._ready = False
+        self.terminate()
+        process = self.process
+        if process is None:
+            return
+        try:
+            await process.aclose()
+        finally:
+            await self._stop_tasks()
+            self._closed = True
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _close_stdin(self) -> None:
+        self._stdin_closed = True
+        process = self.process
+        if process is not None and process.stdin is not None and not process.stdin.is_closing():
+            process.stdin.close()
+
+    async def _read(self) -> AsyncIterator[dict[str, Any]]:
+        process = self.process
+        if process is None or process.stdout is None:
+            raise CLIConnectionError("not connected")
+        reader = process.stdout
+        pending = bytearray()
+        while True:
+            chunk = await reader.read(_READ_CHUNK)
+            if not chunk:
+                break
+            pending += chunk
+            while (end := pending.find(b"\n")) >= 0:
+                line = bytes(pending[:end])
+                del pending[: end + 1]
+                message = self._parse(line)
+                if message is not None and not await self._intercept(message):
+                    yield message
+            if len(pending) > MAX_LINE_BYTES:
+                raise CLIJSONDecodeError("<oversized stdout frame>", ValueError("frame too large"))
+        if pending.strip():
+            with contextlib.suppress(CLIJSONDecodeError):
+                message = self._parse(bytes(pending))
+                if message is not None and not await self._intercept(message):
+                    yield message
+        outcome = await process.wait()
+        if self._stopped_by_us:
+            return  # our own ladder: no ProcessError, or the SDK logs an ERROR for the 143
+        if outcome.exit_code == 0:
+            return
+        code = outcome.exit_code if outcome.exit_code is not None else -_signum(outcome.signal)
+        raise ProcessError("Command failed", exit_code=code)
+
+    def _parse(self, line: bytes) -> dict[str, Any] | None:
+        text = line.strip()
+        if not text or not text.startswith(b"{"):
+            return None
+        try:
+            data = json.loads(text)
+        except ValueError as error:
+            # Never let raw product text into an exception message (the SDK logs it at ERROR).
+            _log.debug("undecodable CLI frame", exc_info=True)
+            raise CLIJSONDecodeError("<undecodable stdout frame>", error) from None
+        return data if isinstance(data, dict) else None
+
+    async def _intercept(self, message: dict[str, Any]) -> bool:
+        if message.get("type") != "control_request":
+            return False
+        request = message.get("request")
+        if not isinstance(request, dict):
+            return False
+        answer = self._on_control(request)
+        if answer is None:
+            return False
+        response = {
+            "type": "control_response",
+            "response": {
+                "subtype": "success",
+                "request_id": message.get("request_id"),
+                "response": answer,
+            },
+        }
+        with contextlib.suppress(CLIConnectionError):
+            await self.write(json.dumps(response) + "\n")
+        return True
+
+    async def _drain_stderr(self, stream: asyncio.StreamReader) -> None:
+        forward = self._stderr_mode == "forward"
+        while chunk := await stream.read(65536):
+            if forward:
+                with contextlib.suppress(OSError):
+                    os.write(2, chunk)
+
+    async def _eof_after_exit(self, process: ManagedProcess) -> None:
+        await process.wait()
+        await asyncio.sleep(_EOF_AFTER_EXIT_S)
+        if process.stdout is not None and not process.stdout.at_eof():
+            process.stdout.feed_eof()
+
+    async def _stop_tasks(self) -> None:
+        tasks = [t for t in (self._stderr_task, self._eof_task) if t is not None]
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _is_user_message(data: str) -> bool:
+    try:
+        frame = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(frame, dict) and frame.get("type") == "user"
+
+
+def _signum(name: str | None) -> int:
+    import signal
+
+    try:
+        return int(signal.Signals[name]) if name else 0
+    except KeyError:
+        return 0

@@ -1,0 +1,64 @@
+"""``ClaudeCodeProviderConfig``: the validated configuration of one Claude Code provider."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["ClaudeCodeProviderConfig", "PermissionMode"]
+
+PermissionMode = Literal["dontAsk", "acceptEdits", "auto", "plan", "bypassPermissions"]
+
+_MAX_GRACE_MS = 2_147_483_647
+
+
+class ClaudeCodeProviderConfig(BaseModel):
+    """One named Claude Code provider instance (snake_case, frozen, unknown fields rejected).
+
+    Login, model provider, base URL and retries stay native Claude Code configuration, supplied
+    through ``env`` and ``inherit_env``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    provider_name: str = Field(default="claude-code", min_length=1)
+    model: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    inherit_env: list[str] = Field(default_factory=list)
+    permission_mode: PermissionMode = "dontAsk"
+    dispose_grace_ms: float = Field(default=3000, gt=0, le=_MAX_GRACE_MS)
+    private_tmp: bool = True
+    stderr: Literal["forward", "discard"] = "forward"
+
+    @field_validator("provider_name")
+    @classmethod
+    def _name_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("provider_name must be non-empty")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model_not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("model must be non-empty when set")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, item in value.items():
+            if not name or "=" in name or "\0" in name:
+                raise ValueError("env names must be non-empty and contain no '=' or NUL")
+            if "\0" in item:
+                raise ValueError("env values must not contain NUL")
+        return value
+
+    @field_validator("inherit_env")
+    @classmethod
+    def _inherit_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not name or "=" in name or "\0" in name:
+                raise ValueError("inherit_env names must be non-empty and contain no '=' or NUL")
+        return value

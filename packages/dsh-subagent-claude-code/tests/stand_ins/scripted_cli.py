@@ -1,0 +1,95 @@
+"""A scripted stand-in for the Claude Code CLI's stream-json protocol (run as a program).
+
+Only for protocol branches the real CLI cannot be made to produce. The scenario comes from the
+STANDIN_SCENARIO env var; what the SDK side answered is appended to STANDIN_LOG.
+"""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def send(frame: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(frame) + "\n")
+    sys.stdout.flush()
+
+
+def receive() -> Any:
+    line = sys.stdin.readline()
+    return json.loads(line) if line else None
+
+
+def result(subtype: str = "success", is_error: bool = False, text: str | None = "ok") -> None:
+    send(
+        {
+            "type": "result",
+            "subtype": subtype,
+            "duration_ms": 1,
+            "duration_api_ms": 1,
+            "is_error": is_error,
+            "num_turns": 1,
+            "session_id": "s",
+            "result": text,
+        }
+    )
+
+
+def log(entry: Any) -> None:
+    with Path(os.environ["STANDIN_LOG"]).open("a") as handle:
+        handle.write(json.dumps(entry) + "\n")
+
+
+if os.environ["STANDIN_SCENARIO"] == "die-at-start":
+    sys.exit(3)
+init = receive()
+send(
+    {
+        "type": "control_response",
+        "response": {"subtype": "success", "request_id": init["request_id"], "response": {}},
+    }
+)
+prompt = receive()
+log({"prompt": prompt["message"]["content"]})
+send({"type": "system", "subtype": "init", "session_id": "s"})
+scenario = os.environ["STANDIN_SCENARIO"]
+if scenario == "elicitation-dialog":
+    send(
+        {
+            "type": "control_request",
+            "request_id": "e1",
+            "request": {
+                "subtype": "elicitation",
+                "mcp_server_name": "srv",
+                "message": "your name?",
+            },
+        }
+    )
+    log(receive())
+    send(
+        {
+            "type": "control_request",
+            "request_id": "d1",
+            "request": {"subtype": "request_user_dialog", "dialog_kind": "refusal_fallback_prompt"},
+        }
+    )
+    log(receive())
+    result("error_during_execution", True, None)
+    sys.exit(1)
+elif scenario == "blank":
+    result(text="   ")
+elif scenario == "no-result":
+    pass
+elif scenario == "bad-frame":
+    sys.stdout.write("{not json " + os.environ.get("STANDIN_SECRET", "") + "\n")
+    sys.stdout.flush()
+    time.sleep(30)
+elif scenario == "late-results":
+    result(text="FIRST-SUCCESS")
+    time.sleep(30)
+elif scenario == "success-then-error":
+    result(text="FIRST-SUCCESS")
+    result("error_max_budget_usd", True, None)
+    sys.exit(1)

@@ -1,0 +1,109 @@
+"""Config validation, entry-point loading (no process, no PATH lookup), request checks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import pytest
+
+from dsh.subagent import ProductFailure, SubagentError, TextBlock, load_provider
+from dsh.subagent_claude_code import ClaudeCodeProvider, ClaudeCodeProviderConfig
+from dsh.subprocess import default_runtime
+
+
+def test_defaults() -> None:
+    config = ClaudeCodeProviderConfig()
+    assert config.provider_name == "claude-code"
+    assert config.model is None
+    assert config.permission_mode == "dontAsk"
+    assert config.dispose_grace_ms == 3000
+    assert config.private_tmp is True
+    assert config.stderr == "forward"
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"provider_name": ""}, "provider_name"),
+        ({"provider_name": "  "}, "provider_name"),
+        ({"model": ""}, "model"),
+        ({"permission_mode": "default"}, "permission_mode"),
+        ({"permission_mode": "manual"}, "permission_mode"),
+        ({"dispose_grace_ms": 0}, "dispose_grace_ms"),
+        ({"dispose_grace_ms": 2147483648}, "dispose_grace_ms"),
+        ({"stderr": "inherit"}, "stderr"),
+        ({"env": {"A=B": "x"}}, "env"),
+        ({"inherit_env": [""]}, "inherit_env"),
+        ({"cli_path": "/usr/bin/claude"}, "cli_path"),
+    ],
+)
+def test_invalid_fields_name_the_field(fields: dict[str, Any], field: str) -> None:
+    with pytest.raises(pydantic.ValidationError) as caught:
+        ClaudeCodeProviderConfig.model_validate(fields)
+    assert caught.value.errors()[0]["loc"][0] == field
+
+
+def test_entry_point_loading_starts_nothing_and_skips_path(
+    tmp_path: Path, own_marked_processes: Any
+) -> None:
+    evidence = tmp_path / "evidence"
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    fake = fake_bin / "claude"
+    fake.write_text(f"#!/bin/sh\ntouch {evidence}\n")
+    fake.chmod(0o755)
+    old_path = os.environ.get("PATH", "")
+    os.environ["PATH"] = f"{fake_bin}:{old_path}"
+    try:
+        provider = load_provider("claude-code", {"provider_name": "cc", "model": "m"})
+    finally:
+        os.environ["PATH"] = old_path
+    assert isinstance(provider, ClaudeCodeProvider)
+    assert provider.name == "cc"
+    assert provider.config.model == "m"
+    assert default_runtime().live == ()
+    assert own_marked_processes() == []
+    assert not evidence.exists()
+    with pytest.raises(SubagentError) as caught:
+        load_provider("claude-code", {"permission_mode": "default"})
+    assert caught.value.code == "INVALID_PROVIDER_CONFIG"
+    assert "permission_mode" in str(caught.value)
+
+
+async def test_request_checks_spawn_nothing(tmp_path: Path, make_request: Any) -> None:
+    provider = ClaudeCodeProvider()
+    with pytest.raises(ProductFailure) as caught:
+        await provider.start(make_request("task", None))
+    assert str(caught.value) == (
+        "subagent-claude-code: no working directory for the child — delegate from a parent "
+        "session that has one"
+    )
+    missing = tmp_path / "missing-dir"
+    with pytest.raises(ProductFailure) as caught:
+        await provider.start(make_request("task", missing))
+    assert str(caught.value) == (
+        "subagent-claude-code: Product subagent failure (product: Claude Code; "
+        "stage: query-start; category: unknown)"
+    )
+    assert str(missing) not in str(caught.value)
+    with pytest.raises(ProductFailure) as caught:
+        await provider.start(make_request("task", "relative/dir"))
+    assert "stage: query-start; category: unknown" in str(caught.value)
+    with pytest.raises(ProductFailure) as caught:
+        await provider.start(make_request("  \n ", tmp_path))
+    assert str(caught.value) == "subagent-claude-code: the one-shot task must not be empty"
+
+    class ImageBlock:
+        type = "image"
+
+    bad = make_request("x", tmp_path)
+    object.__setattr__(bad, "prompt", (TextBlock("a"), ImageBlock()))
+    with pytest.raises(ProductFailure) as caught:
+        await provider.start(bad)
+    assert (
+        str(caught.value) == "subagent-claude-code: the one-shot task must contain only text blocks"
+    )
+    assert default_runtime().live == ()

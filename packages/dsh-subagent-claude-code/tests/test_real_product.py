@@ -1,0 +1,252 @@
+"""Keyless real-product tests: the bundled Claude Code CLI against our loopback Messages server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from dsh.subagent import StopReason
+from dsh.subagent_claude_code import ClaudeCodeRun
+from dsh.subagent_claude_code.testing import FakeMessagesServer
+from dsh.subprocess import marked_processes
+
+pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
+
+ANSWER = "FAKE-ANSWER  “byte-exact” ✓\n  trailing spaces  "
+FAILURE = "Product subagent failure (product: Claude Code; stage: {stage}; category: {category}"
+
+
+def _tree_id(run: ClaudeCodeRun) -> str:
+    process = run._transport.process
+    assert process is not None
+    return process.tree_id
+
+
+async def test_task_key_model_and_answer(
+    server: FakeMessagesServer, make_provider: Any, make_request: Any, workspace: Path
+) -> None:
+    provider = make_provider(model="claude-sonnet-5-5", env={"ANTHROPIC_API_KEY": "sk-ant-k1"})
+    server.queue_text(ANSWER)
+    task = "Reply with the magic word TASK-7f3a, nothing else."
+    run = await provider.start(make_request(task, workspace))
+    result = await run.result()
+    await run.aclose()
+    assert result.stop_reason == StopReason.COMPLETED
+    assert result.text == ANSWER
+    assert result.diagnostic is None
+    [req] = server.requests
+    assert req.task == task
+    assert req.headers["x-api-key"] == "sk-ant-k1"
+    assert req.model == "claude-sonnet-5-5"
+    assert req.query == "beta=true"
+    assert not any(workspace.iterdir())  # noqa: ASYNC240
+
+
+async def test_two_named_instances_concurrently(
+    server: FakeMessagesServer, make_provider: Any, make_request: Any, workspace: Path
+) -> None:
+    alpha = make_provider(
+        provider_name="alpha", model="claude-haiku-5-5", env={"ANTHROPIC_API_KEY": "sk-alpha"}
+    )
+    beta = make_provider(
+        provider_name="beta", model="claude-opus-5-5", env={"ANTHROPIC_API_KEY": "sk-beta"}
+    )
+    assert (alpha.name, beta.name) == ("alpha", "beta")
+    server.queue_text("from alpha", match="TASK-ALPHA")
+    server.queue_text("from beta", match="TASK-BETA")
+    runs = await asyncio.gather(
+        alpha.start(make_request("TASK-ALPHA", workspace, "alpha")),
+        beta.start(make_request("TASK-BETA", workspace, "beta")),
+    )
+    results = await asyncio.gather(*(run.result() for run in runs))
+    await asyncio.gather(*(run.aclose() for run in runs))
+    assert [r.text for r in results] == ["from alpha", "from beta"]
+    seen = {(r.task, r.model, r.headers["x-api-key"]) for r in server.requests}
+    assert seen == {
+        ("TASK-ALPHA", "claude-haiku-5-5", "sk-alpha"),
+        ("TASK-BETA", "claude-opus-5-5", "sk-beta"),
+    }
+
+
+async def test_dont_ask_denies_write_with_two_line_diagnostic(
+    server: FakeMessagesServer, make_provider: Any, make_request: Any, workspace: Path
+) -> None:
+    provider = make_provider()  # permission_mode defaults to dontAsk
+    target = workspace / "denied.txt"
+    server.queue_tool_use("Write", {"file_path": str(target), "content": "nope"})
+    server.queue_http_error(500, "after the denial")
+    run = await provider.start(make_request("write a file", workspace))
+    result = await run.result()
+    await run.aclose()
+    assert not target.exists()
+    assert result.stop_reason == StopReason.ERROR
+    assert result.output == ()
+    assert result.diagnostic == (
+        "Product subagent failure (product: Claude Code; stage: query-run; category: server; "
+        "HTTP status: 500)\n"
+        "Claude Code unattended decision (mode: dontAsk; request: tool permission; "
+        "decision: denied): Claude Code denied the request before an interactive prompt"
+    )
+    assert server.requests[1].answers_tool
+
+
+@pytest.mark.parametrize(
+    ("mode", "extra", "written"),
+    [
+        ("acceptEdits", {}, True),
+        ("bypassPermissions", {"IS_SANDBOX": "1"}, True),
+        ("plan", {}, False),
+    ],
+)
+async def test_modes_write_or_plan(
+    server: FakeMessagesServer,
+    make_provider: Any,
+    make_request: Any,
+    workspace: Path,
+    mode: str,
+    extra: dict[str, str],
+    written: bool,
+) -> None:
+    provider = make_provider(permission_mode=mode, env=extra)
+    target = workspace / "out.txt"
+    server.queue_tool_use("Write", {"file_path": str(target), "content": "written"})
+    answer = "done" if written else "PLAN: 1. create out.txt with 'written'"
+    server.queue_text(answer)
+    run = await provider.start(make_request("create out.txt", workspace))
+    result = await run.result()
+    await run.aclose()
+    assert result.stop_reason == StopReason.COMPLETED, result.diagnostic
+    assert result.text == answer
+    assert target.exists() is written
+    if written:
+        assert target.read_text() == "written"
+    tool_names = {t.get("name") for t in (server.requests[0].body or {}).get("tools", [])}
+    assert "AskUserQuestion" not in tool_names
+    if mode == "plan":
+        assert "ExitPlanMode" not in tool_names
+
+
+async def test_root_bypass_refusal_is_a_safe_start_failure(
+    make_provider: Any, make_request: Any, workspace: Path
+) -> None:
+    from dsh.subagent import ProductFailure
+
+    assert os.geteuid() == 0, "the refusal only happens as root"
+    provider = make_provider(permission_mode="bypassPermissions", stderr="discard")
+    with pytest.raises(ProductFailure) as caught:
+        await provider.start(make_request("anything", workspace))
+    assert str(caught.value) == (
+        "subagent-claude-code: Product subagent failure (product: Claude Code; "
+        "stage: query-start; category: process-exit; exit code: 1)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "category"), [(401, "authentication"), (429, "rate-limit"), (529, "server")]
+)
+async def test_http_failures_map_to_categories(
+    server: FakeMessagesServer,
+    make_provider: Any,
+    make_request: Any,
+    workspace: Path,
+    status: int,
+    category: str,
+) -> None:
+    provider = make_provider()
+    server.queue_http_error(status, f"fake {status} body")
+    began = time.monotonic()
+    run = await provider.start(make_request("anything", workspace))
+    result = await run.result()
+    await run.aclose()
+    assert time.monotonic() - began < 30
+    assert result.stop_reason == StopReason.ERROR
+    assert result.output == ()
+    assert result.diagnostic == (
+        FAILURE.format(stage="query-run", category=category) + f"; HTTP status: {status})"
+    )
+    assert len(server.requests) == 1  # CLAUDE_CODE_MAX_RETRIES=0
+
+
+async def test_turn_limit(
+    server: FakeMessagesServer, make_provider: Any, make_request: Any, workspace: Path
+) -> None:
+    provider = make_provider(permission_mode="acceptEdits", env={"CLAUDE_CODE_MAX_TURNS": "1"})
+    server.queue_tool_use("Write", {"file_path": str(workspace / "t.txt"), "content": "x"})
+    server.queue_text("never reached")
+    run = await provider.start(make_request("loop", workspace))
+    result = await run.result()
+    await run.aclose()
+    assert result.diagnostic == FAILURE.format(stage="query-run", category="turn-limit") + ")"
+
+
+@pytest.mark.parametrize(
+    ("sig", "fact"), [(signal.SIGKILL, "signal: SIGKILL"), (signal.SIGTERM, "exit code: 143")]
+)
+async def test_cli_killed_mid_turn(
+    server: FakeMessagesServer,
+    make_provider: Any,
+    make_request: Any,
+    workspace: Path,
+    wait_until: Callable[..., Any],
+    sig: signal.Signals,
+    fact: str,
+) -> None:
+    provider = make_provider(stderr="discard")
+    server.queue_stall()
+    run = await provider.start(make_request("stall", workspace))
+    await wait_until(lambda: len(server.requests) == 1)
+    process = run._transport.process
+    assert process is not None
+    os.kill(process.pid, sig)
+    result = await run.result()
+    await run.aclose()
+    server.release_stalls()
+    assert (
+        result.diagnostic == FAILURE.format(stage="process", category="process-exit") + f"; {fact})"
+    )
+
+
+async def test_cancel_mid_turn_with_bash_tool_running(
+    server: FakeMessagesServer,
+    make_provider: Any,
+    make_request: Any,
+    workspace: Path,
+    wait_until: Callable[..., Any],
+) -> None:
+    provider = make_provider(permission_mode="bypassPermissions", env={"IS_SANDBOX": "1"})
+    command = 'python3 -c "import time; time.sleep(60)"'
+    server.queue_tool_use("Bash", {"command": command, "description": "hold"})
+    server.queue_text("never")
+    run = await provider.start(make_request("run a long command", workspace))
+    tree_id = _tree_id(run)
+
+    def tool_running() -> bool:
+        for pid in marked_processes(tree_id):
+            try:
+                if "time.sleep(60)" in " ".join(psutil.Process(pid).cmdline()):
+                    return True
+            except psutil.Error:
+                continue
+        return False
+
+    await wait_until(tool_running)
+    began = time.monotonic()
+    run.cancel()
+    result = await run.result()
+    settled = time.monotonic() - began
+    await run.aclose()
+    closed = time.monotonic() - began
+    assert result.stop_reason == StopReason.ABORTED
+    assert result.diagnostic is None
+    assert result.output == ()
+    assert settled < 0.1
+    assert closed < 2.0, f"whole-tree exit took {closed:.2f}s"
+    assert marked_processes(tree_id) == []
