@@ -232,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("doctor", help="check installed providers and their bundled products")
     sub.add_parser("demo", help="run the embedded demo against loopback model servers")
     mcp = sub.add_parser("mcp", help="serve the harness tools over MCP stdio")
-    mcp.add_argument("--profile")
+    mcp.add_argument("--profile", help="profile TOML (default: every installed provider)")
+    mcp.add_argument("--cwd", help="working directory for the subagents (default: current)")
     return parser
 
 
@@ -256,13 +257,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "doctor":
             return _doctor()
         if args.command == "demo":
-            from dsh.tool_subagent import _demo  # type: ignore[attr-defined]
+            from dsh.tool_subagent import _demo
 
             return int(_demo.main())
         if args.command == "mcp":
-            from dsh.tool_subagent import _mcp  # type: ignore[attr-defined]
+            from dsh.tool_subagent import _mcp
 
-            return int(_mcp.main(profile=args.profile))
+            return _mcp.main(profile=args.profile, cwd=args.cwd)
     except ProfileError as exc:
         print(f"dsh: invalid profile: {exc}", file=sys.stderr)
         return EXIT_USAGE

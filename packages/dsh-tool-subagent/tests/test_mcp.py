@@ -1,0 +1,365 @@
+"""The MCP server's tool mapping, owners, notices and close, in-process over SDK memory streams.
+
+No product runs here: the harness uses ``FakeProvider``. The real products and the stdio
+transport are driven in ``tests-e2e/test_mcp_real.py``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import ClientSession, types
+from mcp.shared.memory import create_client_server_memory_streams
+
+from dsh.jobs import JobDone, JobRegistry
+from dsh.jobs.tools import job_tools
+from dsh.subagent import (
+    Descriptor,
+    FailureFacts,
+    Parent,
+    ResolvedStartRequest,
+    SubagentService,
+    SubagentStarted,
+    TextBlock,
+)
+from dsh.subagent.testing import FakeProvider
+from dsh.tool_subagent import (
+    Caller,
+    Harness,
+    SubagentTool,
+    SubagentToolConfig,
+    _cli,
+    _mcp,
+    failure_text,
+)
+from dsh.tool_subagent._mcp_server import (
+    NOTICE_LEVEL,
+    NOTICE_LOGGER,
+    new_caller,
+    serve_connection,
+)
+
+FAILURE = FailureFacts(
+    product="Codex", stage="turn", category="httpConnectionFailed", http_status=503
+)
+
+
+def make_harness(*providers: FakeProvider) -> Harness:
+    service = SubagentService()
+    jobs = JobRegistry()
+    tools: list[Any] = []
+    for provider in providers:
+        service.register(provider)
+        config = SubagentToolConfig(
+            provider=provider.name,
+            tool_name=f"subagent_{provider.name}",
+            max_depth="provider-managed",
+        )
+        tools.append(SubagentTool(config, service, jobs))
+    tools.extend(job_tools(jobs))
+    return Harness(service, jobs, tuple(tools), {p.name: "fake" for p in providers})
+
+
+def _request() -> ResolvedStartRequest:
+    return ResolvedStartRequest(
+        prompt=(TextBlock("y"),),
+        parent=Parent(session_id="s", cwd=None),
+        descriptor=Descriptor(provider="x"),
+    )
+
+
+@dataclass
+class Connection:
+    session: ClientSession
+    caller: Caller
+    logs: list[types.LoggingMessageNotificationParams] = field(default_factory=list)
+    returned: list[Caller] = field(default_factory=list)
+    log_arrived: anyio.Event = field(default_factory=anyio.Event)
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+        result = await self.session.call_tool(name, arguments)
+        assert len(result.content) == 1
+        block = result.content[0]
+        assert isinstance(block, types.TextContent)
+        return block.text, bool(result.is_error)
+
+    async def next_log(self, timeout: float = 5.0) -> types.LoggingMessageNotificationParams:  # noqa: ASYNC109
+        with anyio.fail_after(timeout):
+            while not self.logs:
+                await self.log_arrived.wait()
+                self.log_arrived = anyio.Event()
+        return self.logs.pop(0)
+
+
+@asynccontextmanager
+async def connect(
+    harness: Harness,
+    cwd: str | None = "/work/dir",
+    *,
+    modern: bool = False,
+    log_level: types.LoggingLevel | None = None,
+) -> AsyncIterator[Connection]:
+    """One MCP connection to ``harness``; on exit the client closes and the server returns."""
+    holder: list[Connection] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        holder[0].logs.append(params)
+        holder[0].log_arrived.set()
+
+    async with create_client_server_memory_streams() as (client_streams, server_streams):
+        caller = new_caller(cwd)
+        owners: list[Caller] = []
+        server_done = anyio.Event()
+
+        async def run_server() -> None:
+            try:
+                owners.append(await serve_connection(harness, *server_streams, caller=caller))
+            finally:
+                server_done.set()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(run_server)
+            async with ClientSession(
+                *client_streams, logging_callback=on_log, log_level=log_level
+            ) as session:
+                conn = Connection(session, caller, returned=owners)
+                holder.append(conn)
+                if modern:
+                    await session.discover()  # the 2026-07-28 era: no handshake
+                else:
+                    await session.initialize()
+                yield conn
+                # Closing the client's write side is the connection's EOF.
+                await client_streams[1].aclose()
+                with anyio.fail_after(10):
+                    await server_done.wait()
+
+
+async def test_lists_every_tool_with_its_exact_name_description_and_schema() -> None:
+    harness = make_harness(FakeProvider("fake"), FakeProvider("other"))
+    async with harness, connect(harness) as conn:
+        listed = (await conn.session.list_tools()).tools
+    assert [t.name for t in listed] == [t.name for t in harness.tools]
+    assert [t.name for t in listed] == [
+        "subagent_fake",
+        "subagent_other",
+        "job_output",
+        "job_list",
+        "job_kill",
+    ]
+    for mcp_tool, tool in zip(listed, harness.tools, strict=True):
+        assert mcp_tool.description == tool.description
+        assert mcp_tool.input_schema == tool.input_schema
+        assert mcp_tool.input_schema["additionalProperties"] is False
+
+
+async def test_foreground_call_returns_the_answer_as_text_content() -> None:
+    provider = FakeProvider("fake")
+    harness = make_harness(provider)
+    async with harness, connect(harness, cwd="/some/workspace") as conn:
+        text, is_error = await conn.call(
+            "subagent_fake", {"description": "echo a task", "prompt": "the exact task text"}
+        )
+    assert (text, is_error) == ("the exact task text", False)
+    assert len(provider.requests) == 1
+    parent = provider.requests[0].parent
+    assert parent.cwd == "/some/workspace"
+    assert parent.session_id == conn.caller.session_id
+    assert parent.session_id.startswith("mcp-")
+    assert provider.open_runs == ()
+
+
+async def test_a_failure_is_is_error_with_the_safe_diagnostic() -> None:
+    harness = make_harness(FakeProvider("fake", failure=FAILURE))
+    async with harness, connect(harness) as conn:
+        text, is_error = await conn.call("subagent_fake", {"description": "x", "prompt": "y"})
+    assert is_error is True
+    assert text == (
+        "subagent run failed\nDiagnostic: Product subagent failure"
+        " (product: Codex; stage: turn; category: httpConnectionFailed; HTTP status: 503)"
+    )
+    assert text == failure_text(FakeProvider("x", failure=FAILURE).script_for(_request()))
+
+
+async def test_invalid_arguments_and_unknown_tools_are_is_error_results() -> None:
+    harness = make_harness(FakeProvider("fake"))
+    async with harness, connect(harness) as conn:
+        missing = await conn.call("subagent_fake", {"description": "only a label"})
+        extra = await conn.call("subagent_fake", {"description": "a", "prompt": "b", "model": "x"})
+        unknown = await conn.call("no_such_tool", {})
+        job = await conn.call("job_output", {"job_id": "subagent-99"})
+    assert missing[1]
+    assert "prompt" in missing[0]
+    assert extra[1]
+    assert "model" in extra[0]
+    assert unknown == (
+        'unknown tool "no_such_tool" (tools: subagent_fake, job_output, job_list, job_kill)',
+        True,
+    )
+    assert job == ("unknown job subagent-99", True)
+
+
+async def test_background_job_sends_a_completion_log_notification_then_job_output() -> None:
+    harness = make_harness(FakeProvider("fake", delay=0.05))
+    async with harness, connect(harness) as conn:
+        started = await conn.call(
+            "subagent_fake",
+            {"description": "background echo", "prompt": "answer later", "run_in_background": True},
+        )
+        assert started == ("started background subagent job subagent-1", False)
+        log = await conn.next_log()
+        output = await conn.call("job_output", {"job_id": "subagent-1", "wait": True})
+        listing = await conn.call("job_list", {})
+    assert log.level == NOTICE_LEVEL
+    assert log.logger == NOTICE_LOGGER
+    assert log.data == (
+        "background job subagent-1 (subagent: background echo) finished [status: completed]."
+        " Read its output with job_output."
+    )
+    assert output == ("answer later\n[status: completed]", False)
+    assert listing == ("subagent-1 [subagent] completed — background echo", False)
+
+
+async def test_job_output_with_wait_collects_a_running_job_and_sends_no_notice() -> None:
+    harness = make_harness(FakeProvider("fake", delay=0.3))
+    async with harness, connect(harness) as conn:
+        await conn.call(
+            "subagent_fake",
+            {"description": "slow", "prompt": "slow answer", "run_in_background": True},
+        )
+        output = await conn.call(
+            "job_output", {"job_id": "subagent-1", "wait": True, "timeout_ms": 5000}
+        )
+        await conn.session.send_ping()
+    assert output == ("slow answer\n[status: completed]", False)
+    assert conn.logs == []
+
+
+@pytest.mark.filterwarnings("ignore::mcp.MCPDeprecationWarning")
+async def test_set_level_above_notice_suppresses_notifications() -> None:
+    harness = make_harness(FakeProvider("fake", delay=0.0))
+    done: list[JobDone] = []
+    settled = anyio.Event()
+
+    def on_done(event: JobDone) -> None:
+        done.append(event)
+        settled.set()
+
+    harness.jobs.on_job_done(on_done)
+    async with harness, connect(harness) as conn:
+        await conn.session.set_logging_level("warning")
+        await conn.call(
+            "subagent_fake", {"description": "a", "prompt": "b", "run_in_background": True}
+        )
+        with anyio.fail_after(5):
+            await settled.wait()
+        await conn.session.send_ping()
+    assert done[0].notice is not None  # a notice was due, and the client's level filtered it
+    assert conn.logs == []
+
+
+@pytest.mark.parametrize("log_level", ["info", None])
+async def test_a_modern_connection_gets_notices_on_its_next_opted_in_tool_call(
+    log_level: types.LoggingLevel | None,
+) -> None:
+    harness = make_harness(FakeProvider("fake", delay=0.0))
+    settled = anyio.Event()
+    harness.jobs.on_job_done(lambda event: settled.set())
+    async with harness, connect(harness, modern=True, log_level=log_level) as conn:
+        assert conn.session.protocol_version == "2026-07-28"
+        await conn.call(
+            "subagent_fake", {"description": "a", "prompt": "b", "run_in_background": True}
+        )
+        with anyio.fail_after(5):
+            await settled.wait()
+        before = list(conn.logs)
+        listing = await conn.call("job_list", {})
+    assert before == []  # log delivery is request-scoped in this era: nothing unsolicited
+    assert listing == ("subagent-1 [subagent] completed — a", False)
+    if log_level is None:
+        assert conn.logs == []  # the client never opted in
+    else:
+        assert [log.data for log in conn.logs] == [
+            "background job subagent-1 (subagent: a) finished [status: completed]."
+            " Read its output with job_output."
+        ]
+
+
+async def test_closing_the_connection_cancels_the_owners_jobs_and_closes_their_runs() -> None:
+    provider = FakeProvider("fake", delay=None)  # only a cancel ends these runs
+    harness = make_harness(provider)
+    both_started = anyio.Event()
+
+    def on_event(event: object) -> None:
+        if isinstance(event, SubagentStarted) and len(provider.runs) == 2:
+            both_started.set()
+
+    harness.subagents.subscribe(on_event)
+    async with harness:
+        async with connect(harness) as conn:
+            for n in range(2):
+                text, _ = await conn.call(
+                    "subagent_fake",
+                    {"description": f"hang {n}", "prompt": "never", "run_in_background": True},
+                )
+                assert text == f"started background subagent job subagent-{n + 1}"
+            with anyio.fail_after(5):
+                await both_started.wait()
+            open_before = len(provider.open_runs)
+        owner = conn.caller
+        assert conn.returned == [owner]
+        # serve_connection returned only after the owner's jobs were cancelled and awaited.
+        assert open_before == 2
+        assert len(provider.open_runs) == 0
+        assert all(run.cancel_reasons for run in provider.runs)
+        assert harness.jobs.list(owner) == []
+        assert conn.logs == []
+
+
+async def test_each_connection_is_its_own_owner() -> None:
+    harness = make_harness(FakeProvider("fake", delay=None))
+    async with harness, connect(harness) as first, connect(harness) as second:
+        await first.call(
+            "subagent_fake", {"description": "a", "prompt": "b", "run_in_background": True}
+        )
+        foreign = await second.call("job_output", {"job_id": "subagent-1"})
+        kill = await second.call("job_kill", {"job_id": "subagent-1"})
+        mine = await first.call("job_list", {})
+        theirs = await second.call("job_list", {})
+    assert foreign == ("job subagent-1 belongs to another session", True)
+    assert kill == ("job subagent-1 belongs to another session", True)
+    assert mine == ("subagent-1 [subagent] running — a", False)
+    assert theirs == ("(no background jobs)", False)
+    assert first.caller.session_id != second.caller.session_id
+
+
+def test_a_missing_mcp_sdk_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in list(sys.modules):
+        if name == "mcp" or name.startswith("mcp.") or name == "dsh.tool_subagent._mcp_server":
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "mcp", None)  # makes `import mcp` raise ImportError
+    with pytest.raises(ImportError) as raised:
+        _mcp.load_server_module()
+    assert 'pip install "dsh-tool-subagent[mcp]"' in str(raised.value)
+    assert _cli.main(["mcp"]) == 1
+    assert 'pip install "dsh-tool-subagent[mcp]"' in capsys.readouterr().err
+
+
+def test_an_invalid_profile_exits_2_before_serving(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    profile = tmp_path / "bad.toml"
+    profile.write_text("[[tool]]\nprovider = 'nobody'\nbogus = 1\n", encoding="utf-8")
+    assert _cli.main(["mcp", "--profile", str(profile)]) == 2
+    captured = capsys.readouterr()
+    assert "dsh: invalid profile: tool[0].bogus" in captured.err
+    assert captured.out == ""
