@@ -101,6 +101,23 @@ def _metadata_of(server: FakeResponsesServer, index: int) -> dict[str, Any]:
     return value
 
 
+def _tool_outputs(server: FakeResponsesServer) -> list[str]:
+    """The newest tool result the model got in each follow-up request (one per tool call here)."""
+    outputs: list[str] = []
+    for request in server.model_requests[1:]:
+        results = [i for i in request.json["input"] if i["type"] == "function_call_output"]
+        outputs.append(results[-1]["output"])
+    return outputs
+
+
+def _apply_patch_heredoc(path: str) -> str:
+    # Codex intercepts an ``apply_patch`` heredoc in exec_command and runs it as a file change.
+    return (
+        "apply_patch <<'EOF'\n*** Begin Patch\n"
+        f"*** Add File: {path}\n+hi there\n*** End Patch\nEOF\n"
+    )
+
+
 async def test_never_overrides_ambient_on_request_and_denies_the_write(
     fake: FakeResponsesServer, tmp_path: Path
 ) -> None:
@@ -112,12 +129,14 @@ async def test_never_overrides_ambient_on_request_and_denies_the_write(
     escalate = {
         "cmd": "touch made.txt",
         "sandbox_permissions": "require_escalated",
+        "justification": "the task needs this file",
         "login": False,
         "yield_time_ms": 20000,
     }
     plain = {"cmd": "touch made2.txt", "login": False, "yield_time_ms": 20000}
-    fake.queue(Reply((FunctionCallItem("exec_command", escalate),)))
-    fake.queue(Reply((FunctionCallItem("exec_command", plain),)))
+    patch = {"cmd": _apply_patch_heredoc("made3.txt"), "login": False, "yield_time_ms": 20000}
+    for arguments in (escalate, plain, patch):
+        fake.queue(Reply((FunctionCallItem("exec_command", arguments),)))
     fake.queue(HttpStatus(500, {"error": {"message": "boom"}}))
     provider = CodexProvider(CodexProviderConfig(env=hermetic_env(home)))
     async with await provider.start(make_start_request(ws, "write a file")) as run:
@@ -125,14 +144,98 @@ async def test_never_overrides_ambient_on_request_and_denies_the_write(
     assert list(ws.iterdir()) == []
     # Under the ambient on-request policy the escalation would raise an approval request, which
     # the provider answers "cancel" (the turn would end interrupted after one POST). Under the
-    # thread-level "never" Codex rejects it itself and asks the model again: three POSTs.
-    assert len(fake.model_requests) == 3
+    # thread-level "never" Codex rejects all three writes itself and asks the model again.
+    assert len(fake.model_requests) == 4
     assert _metadata_of(fake, 0)["sandbox_mode"] == "read-only"
-    outputs = [
-        i for i in fake.model_requests[1].json["input"] if i["type"] == "function_call_output"
-    ]
-    assert "approval policy is Never" in outputs[-1]["output"] or outputs
+    escalated, sandboxed, patched = _tool_outputs(fake)
+    assert escalated.startswith("approval policy is Never; reject command")
+    assert "Read-only file system" in sandboxed
+    assert patched.startswith("patch rejected: writing is blocked by read-only sandbox")
+    # Codex 0.163.0 sends no server request and no declined item for any of these three, so
+    # there is no permission fact: the diagnostic is the failure line alone (see the docs,
+    # "Permission facts under never"; approve-for-me below proves the two-line form for real).
     assert result.stop_reason is StopReason.ERROR
+    assert result.diagnostic == (
+        "Product subagent failure (product: Codex; stage: turn; category: internalServerError)"
+    )
+
+
+_DENY = (
+    '{"risk_level":"critical","user_authorization":"unknown","outcome":"deny",'
+    '"rationale":"the fake reviewer denies every action"}'
+)
+_ALLOW = '{"outcome":"allow"}'
+_FACTS = {
+    "command": "request: command execution; decision: declined): Codex declined the command",
+    "file": "request: file change; decision: declined): Codex declined the file change",
+}
+
+
+async def _reviewed_write(tmp_path: Path, what: str, verdict: str) -> tuple[Any, list[Any], Path]:
+    """One approve-for-me run whose single write needs the automatic reviewer's verdict."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    if what == "command":
+        # An escalation request goes to the reviewer whatever the target.
+        target = ws / "made.txt"
+        arguments: dict[str, Any] = {
+            "cmd": "touch made.txt",
+            "sandbox_permissions": "require_escalated",
+            "justification": "the task needs this file",
+        }
+    else:
+        # A patch outside the writable roots goes to the reviewer (/tmp is excluded below).
+        target = tmp_path / "outside.txt"
+        arguments = {"cmd": _apply_patch_heredoc(str(target))}
+    arguments |= {"login": False, "yield_time_ms": 20000}
+
+    def route(request: RecordedRequest) -> Behaviour | None:
+        # Codex's automatic approval reviewer ("guardian") asks the same model server.
+        if request.headers.get("x-openai-subagent") == "guardian":
+            return Reply((MessageItem(verdict),))
+        return None
+
+    async with FakeResponsesServer(route=route) as server:
+        home = write_codex_home(tmp_path / "home", server.base_url, "mock-model")
+        with (home / "config.toml").open("a", encoding="utf-8") as config:
+            config.write(
+                "\n[sandbox_workspace_write]\nexclude_slash_tmp = true\n"
+                "exclude_tmpdir_env_var = true\n"
+            )
+        server.queue(Reply((FunctionCallItem("exec_command", arguments),)))
+        server.queue(HttpStatus(500, {"error": {"message": "boom"}}))
+        provider = CodexProvider(
+            CodexProviderConfig(env=hermetic_env(home), permission_mode="approve-for-me")
+        )
+        async with await provider.start(make_start_request(ws, "write a file")) as run:
+            result = await run.result()
+        requests = server.model_requests
+    assert [r.json["model"] for r in requests] == ["mock-model", "codex-auto-review", "mock-model"]
+    return (result, requests, target)
+
+
+@pytest.mark.parametrize("what", ["command", "file"])
+async def test_approve_for_me_reviewer_denial_gives_the_two_line_diagnostic(
+    tmp_path: Path, what: str
+) -> None:
+    result, requests, target = await _reviewed_write(tmp_path, what, _DENY)
+    assert not target.exists()
+    assert list((tmp_path / "ws").iterdir()) == []
+    results = [i for i in requests[2].json["input"] if i["type"] == "function_call_output"]
+    assert "This action was rejected due to unacceptable risk." in results[-1]["output"]
+    assert result.stop_reason is StopReason.ERROR
+    line = "Codex unattended decision (mode: approve-for-me; "
+    assert result.diagnostic == (
+        "Product subagent failure (product: Codex; stage: turn; category: internalServerError)\n"
+        f"{line}{_FACTS[what]} under the selected permission mode"
+    )
+
+
+@pytest.mark.parametrize("what", ["command", "file"])
+async def test_approve_for_me_reviewer_allow_runs_the_write(tmp_path: Path, what: str) -> None:
+    # The counterpart that keeps the denial test honest: the same write, allowed, happens.
+    result, _requests, target = await _reviewed_write(tmp_path, what, _ALLOW)
+    assert target.exists()
     assert result.diagnostic == (
         "Product subagent failure (product: Codex; stage: turn; category: internalServerError)"
     )
