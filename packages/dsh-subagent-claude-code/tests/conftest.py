@@ -13,7 +13,7 @@ import pytest
 from dsh.subagent import Descriptor, Parent, ResolvedStartRequest, TextBlock
 from dsh.subagent_claude_code import ClaudeCodeProvider, ClaudeCodeProviderConfig
 from dsh.subagent_claude_code.testing import FakeMessagesServer, hermetic_env
-from dsh.subprocess import TREE_MARKER_ENV, marked_processes
+from dsh.subprocess import marked_processes
 
 MakeProvider = Callable[..., ClaudeCodeProvider]
 
@@ -73,16 +73,7 @@ def own_marked() -> list[int]:
     Other suites may run on the same machine at the same time, so ``marked_processes()`` alone
     would also list their trees.
     """
-    prefix = f"{TREE_MARKER_ENV}={os.getpid()}:".encode()
-    own = []
-    for pid in marked_processes():
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        if any(item.startswith(prefix) for item in environ.split(b"\0")):
-            own.append(pid)
-    return own
+    return marked_processes(owner_pid=os.getpid())
 
 
 @pytest.fixture

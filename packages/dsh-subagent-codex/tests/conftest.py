@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,7 +64,9 @@ def codex_env(fake: FakeResponsesServer, tmp_path: Path) -> Env:
 @pytest.fixture(autouse=True)
 def _no_leaked_trees() -> object:
     yield None
-    assert marked_processes() == [], "a dsh-marked process outlived its test"
+    # Only this process's trees: other suites may run on the same machine at the same time.
+    leaked = marked_processes(owner_pid=os.getpid())
+    assert leaked == [], "a dsh-marked process outlived its test"
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ to ``STANDIN_LOG``. Only for protocol branches the real product cannot be made t
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -40,6 +41,27 @@ def log(obj):
     if LOG:
         with Path(LOG).open("a") as f:
             f.write(json.dumps(obj) + "\n")
+
+
+def _log_pending_replies_and_exit(signum, frame):
+    # The provider may answer a server request and tear down at once; under load SIGTERM can land
+    # before this program has read the answer. Log whatever answers already sit in the pipe.
+    os.set_blocking(0, False)
+    try:
+        data = os.read(0, 1 << 20)
+    except OSError:
+        data = b""
+    for line in data.splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and "id" in obj and "method" not in obj:
+            log(obj)
+    os._exit(0)
+
+
+signal.signal(signal.SIGTERM, _log_pending_replies_and_exit)
 
 
 def note(method, params):

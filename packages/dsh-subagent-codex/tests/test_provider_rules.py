@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,7 @@ def test_entry_point_loading_starts_nothing(monkeypatch: pytest.MonkeyPatch) -> 
     )
     assert isinstance(provider, CodexProvider)
     assert provider.name == "codex-two"
-    assert marked_processes() == []
+    assert marked_processes(owner_pid=os.getpid()) == []
 
 
 async def test_pre_spawn_checks_in_order(tmp_path: Path) -> None:
@@ -120,7 +121,7 @@ async def test_cancelled_start_rolls_back_and_raises_cancelled(tmp_path: Path) -
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert await asyncio.to_thread(marked_processes) == []
+    assert await asyncio.to_thread(marked_processes, owner_pid=os.getpid()) == []
 
 
 async def test_double_failure_raises_an_exception_group(

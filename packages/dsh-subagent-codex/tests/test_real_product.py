@@ -391,7 +391,7 @@ async def test_run_provider_conformance(tmp_path: Path) -> None:
             return CodexProvider(CodexProviderConfig(env=hermetic_env(home), dispose_grace_ms=2000))
 
         async def after_each() -> None:
-            assert await asyncio.to_thread(marked_processes) == []
+            assert await asyncio.to_thread(marked_processes, owner_pid=os.getpid()) == []
 
         await run_provider_conformance(
             make_provider,

@@ -83,3 +83,20 @@ async def test_outcome_signal_name(runtime: SubprocessRuntime) -> None:
     assert (outcome.exit_code, outcome.signal) == (None, "SIGABRT")
     exit7 = await runtime.spawn(SpawnSpec([sys.executable, "-c", "raise SystemExit(7)"]))
     assert (await exit7.wait()).exit_code == 7
+
+
+async def test_marked_processes_filters_by_tree_and_owner(runtime: SubprocessRuntime) -> None:
+    import os
+
+    from dsh.subprocess import marked_processes
+
+    sleeper = SpawnSpec([sys.executable, "-c", "import time; time.sleep(30)"], grace_ms=300)
+    proc = await runtime.spawn(sleeper)
+    try:
+        assert proc.pid in marked_processes(proc.tree_id)
+        assert proc.pid in marked_processes(owner_pid=os.getpid())
+        assert proc.pid not in marked_processes(owner_pid=os.getpid() + 1_000_000)
+        assert proc.pid not in marked_processes("not-a-marker")
+    finally:
+        await proc.aclose()
+    assert marked_processes(proc.tree_id) == []

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import tempfile
-import threading
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any, Self
 
 from dsh.subagent import (
@@ -17,7 +14,7 @@ from dsh.subagent import (
     FailureFacts,
     ProductFailure,
     ResolvedStartRequest,
-    TextBlock,
+    check_one_shot_request,
 )
 from dsh.subagent_claude_code._command import (
     PayloadMissing,
@@ -28,28 +25,11 @@ from dsh.subagent_claude_code._command import (
 from dsh.subagent_claude_code._mapping import PRODUCT
 from dsh.subagent_claude_code._run import PREFIX, ClaudeCodeRun, StartupExit
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
-from dsh.subprocess import SpawnSpec, SubprocessRuntime, default_runtime, reap_orphans
+from dsh.subprocess import SpawnSpec, SubprocessRuntime, default_runtime, reap_orphans_once
 
 __all__ = ["ClaudeCodeProvider"]
 
 _log = logging.getLogger("dsh.subagent_claude_code")
-
-_reap_lock = threading.Lock()
-_reaped = False
-
-
-def _reap_once() -> None:
-    global _reaped
-    with _reap_lock:
-        if not _reaped:
-            reap_orphans()
-            _reaped = True
-
-
-def _enterable_dir(cwd: str) -> bool:
-    """An absolute path to a directory we may enter (a few stat calls: microseconds)."""
-    path = Path(cwd)
-    return path.is_absolute() and path.is_dir() and os.access(path, os.X_OK)
 
 
 def _start_failure(category: str = "unknown") -> ProductFailure:
@@ -86,23 +66,9 @@ class ClaudeCodeProvider:
         return self.config.provider_name
 
     async def start(self, request: ResolvedStartRequest) -> ClaudeCodeRun:
-        cwd = request.parent.cwd
-        if cwd is None:
-            raise ProductFailure(
-                f"{PREFIX}: no working directory for the child — delegate from a parent "
-                "session that has one"
-            )
-        if not _enterable_dir(cwd):
-            error = _start_failure()
-            raise error from NotADirectoryError(cwd)
-        blocks = tuple(request.prompt)
-        if not all(isinstance(b, TextBlock) for b in blocks):
-            raise ProductFailure(f"{PREFIX}: the one-shot task must contain only text blocks")
-        prompt = "".join(b.text for b in blocks if isinstance(b, TextBlock))
-        if not prompt.strip():
-            raise ProductFailure(f"{PREFIX}: the one-shot task must not be empty")
-        if not _reaped:
-            await asyncio.to_thread(_reap_once)
+        cwd, texts = check_one_shot_request(request, prefix=PREFIX, unusable_cwd=_start_failure)
+        prompt = "".join(texts)
+        await reap_orphans_once()
         argv = self._argv()
         tmp_dir = (
             tempfile.mkdtemp(prefix=f"dsh-claude-{os.getpid()}-")

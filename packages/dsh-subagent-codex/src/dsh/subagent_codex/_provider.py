@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import os
-import threading
 from collections.abc import Mapping, Sequence
 from importlib import metadata
-from pathlib import Path
 from typing import Any, Self
 
 from dsh.subagent import (
@@ -18,31 +15,17 @@ from dsh.subagent import (
     FailureFacts,
     ProductFailure,
     ResolvedStartRequest,
-    TextBlock,
+    check_one_shot_request,
 )
 from dsh.subagent_codex._config import CodexProviderConfig
 from dsh.subagent_codex._mapping import MODE_FIELDS, OPT_OUT_NOTIFICATIONS, PREFIX, PRODUCT
 from dsh.subagent_codex._run import CodexRun, StartupFailure
 from dsh.subagent_codex._wire import MAX_LINE_BYTES
-from dsh.subprocess import SpawnError, SpawnSpec, TeardownError, default_runtime, reap_orphans
+from dsh.subprocess import SpawnError, SpawnSpec, TeardownError, default_runtime, reap_orphans_once
 
 __all__ = ["CodexProvider"]
 
 _log = logging.getLogger("dsh.subagent_codex")
-_reap_lock = threading.Lock()
-_reaped = False
-
-
-def _reap_once() -> None:
-    global _reaped
-    with _reap_lock:
-        if _reaped:
-            return
-        try:
-            reap_orphans()
-        except Exception:
-            _log.debug("reap_orphans failed", exc_info=True)
-        _reaped = True
 
 
 @functools.cache
@@ -60,11 +43,6 @@ def _locate() -> tuple[str, str | None]:
     program = str(codex_cli_bin.bundled_codex_path())
     extra = codex_cli_bin.bundled_path_dir()
     return (program, None if extra is None else str(extra))
-
-
-def _usable_dir(cwd: str) -> bool:
-    path = Path(cwd)
-    return path.is_absolute() and path.is_dir() and os.access(path, os.X_OK)
 
 
 def _reject(message: str) -> ProductFailure:
@@ -109,23 +87,11 @@ class CodexProvider:
         return f"CodexProvider(name={self.name!r}, mode={self.config.permission_mode!r})"
 
     async def start(self, request: ResolvedStartRequest) -> CodexRun:
-        cwd = request.parent.cwd
-        if not cwd:
-            raise _reject(
-                "no working directory for the child — delegate from a parent session that has one"
-            )
-        if not _usable_dir(cwd):
-            raise _failure("initialize")
-        texts: list[str] = []
-        for block in request.prompt:
-            if not isinstance(block, TextBlock) or getattr(block, "type", None) != "text":
-                raise _reject("the one-shot task must contain only text blocks")
-            texts.append(block.text)
-        if not "".join(texts).strip():
-            raise _reject("the one-shot task must not be empty")
-        if not _reaped:
-            await asyncio.to_thread(_reap_once)
-        return await self._spawn_and_publish(cwd, texts)
+        cwd, texts = check_one_shot_request(
+            request, prefix=PREFIX, unusable_cwd=lambda: _failure("initialize")
+        )
+        await reap_orphans_once()
+        return await self._spawn_and_publish(cwd, list(texts))
 
     def _argv_env(self) -> tuple[list[str], dict[str, str | None]]:
         config = self.config

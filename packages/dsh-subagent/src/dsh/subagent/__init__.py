@@ -5,6 +5,7 @@ The value types and protocols a provider implements, the named provider registry
 providers, and entry-point discovery. The conformance kit lives in :mod:`dsh.subagent.testing`.
 """
 
+from dsh.subagent._checks import check_one_shot_request
 from dsh.subagent._diagnostics import (
     MAX_DIAGNOSTIC_BYTES,
     FailureFacts,
@@ -70,6 +71,7 @@ __all__ = [
     "SubagentStarted",
     "TextBlock",
     "bound_diagnostic",
+    "check_one_shot_request",
     "failure_line",
     "installed_provider_kinds",
     "load_provider",

@@ -10,7 +10,7 @@ from dsh.subprocess._env import (
     build_child_env,
     scrubbed_parent_env,
 )
-from dsh.subprocess._orphans import marked_processes, reap_orphans
+from dsh.subprocess._orphans import marked_processes, reap_orphans, reap_orphans_once
 from dsh.subprocess._process import ManagedProcess
 from dsh.subprocess._procfs import TREE_MARKER_ENV
 from dsh.subprocess._runtime import SubprocessRuntime, default_runtime
@@ -45,5 +45,6 @@ __all__ = [
     "default_runtime",
     "marked_processes",
     "reap_orphans",
+    "reap_orphans_once",
     "scrubbed_parent_env",
 ]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import signal
+import threading
 import time
 
 from dsh.subprocess._procfs import (
@@ -16,7 +19,11 @@ from dsh.subprocess._procfs import (
     send_signal,
 )
 
-__all__ = ["marked_processes", "parse_marker", "reap_orphans"]
+__all__ = ["marked_processes", "parse_marker", "reap_orphans", "reap_orphans_once"]
+
+_log = logging.getLogger("dsh.subprocess")
+_reap_lock = threading.Lock()
+_reaped = False
 
 _OWNER_TIME_TOLERANCE_S = 1.0
 
@@ -33,18 +40,25 @@ def parse_marker(value: str) -> tuple[int, float] | None:
     return (pid, created) if pid > 0 else None
 
 
-def marked_processes(tree_id: str | None = None) -> list[int]:
+def marked_processes(tree_id: str | None = None, *, owner_pid: int | None = None) -> list[int]:
     """Pids of live, non-zombie processes of this user carrying ``tree_id`` (any marker if None).
 
-    The calling process itself is never listed. This scans the process table (blocking briefly).
+    ``owner_pid`` keeps only trees spawned by that process (the pid the marker names), so a test
+    suite can check its own trees while other suites run on the same machine. The calling process
+    itself is never listed. This scans the process table (blocking briefly).
     """
     snap = scan(0.0)
     own = os.getpid()
-    return sorted(
-        pid
-        for pid, marker in snap.markers.items()
-        if pid != own and (tree_id is None or marker == tree_id)
-    )
+    found = []
+    for pid, marker in snap.markers.items():
+        if pid == own or (tree_id is not None and marker != tree_id):
+            continue
+        if owner_pid is not None:
+            owner = parse_marker(marker)
+            if owner is None or owner[0] != owner_pid:
+                continue
+        found.append(pid)
+    return sorted(found)
 
 
 def _owner_alive(owner: tuple[int, float], cache: dict[tuple[int, float], bool]) -> bool:
@@ -102,6 +116,28 @@ def reap_orphans() -> list[int]:
     while time.monotonic() < deadline and any(_alive(info) for info in killed.values()):
         time.sleep(0.01)
     return sorted(killed)
+
+
+async def reap_orphans_once() -> None:
+    """Run :func:`reap_orphans` once per process, off the event loop.
+
+    Providers await this before their first spawn. Later calls return at once; concurrent first
+    callers share one scan. A failing scan is logged at DEBUG and never blocks a spawn.
+    """
+    if not _reaped:
+        await asyncio.to_thread(_reap_once_sync)
+
+
+def _reap_once_sync() -> None:
+    global _reaped
+    with _reap_lock:
+        if _reaped:
+            return
+        try:
+            reap_orphans()
+        except Exception:
+            _log.debug("reap_orphans failed", exc_info=True)
+        _reaped = True
 
 
 def _alive(info: ProcInfo) -> bool:
