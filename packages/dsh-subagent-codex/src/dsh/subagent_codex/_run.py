@@ -156,6 +156,9 @@ class CodexRun:
             or thread_obj.get("ephemeral") is not True
         ):
             raise StartupFailure("thread-start")
+        if self._startup_error is not None:
+            # The reader failed on a frame that arrived in the same read as this reply.
+            raise self._startup_error
         self._thread_id = thread_id
 
     def begin_turn(self, texts: list[str]) -> None:
