@@ -1,0 +1,140 @@
+"""``dsh demo`` runs the real products against the loopback servers and exits 0 in under 60 s.
+
+The demo runs as a program (``sys.executable -m dsh.tool_subagent._cli demo``) through
+``dsh.subprocess``; its one table is parsed row by row and every outcome is checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from dsh.subprocess import Collect, SpawnSpec, default_runtime
+from dsh.tool_subagent import _demo
+from dsh.tool_subagent._demo_scenarios import owned_marked_processes
+
+pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
+
+DEMO_LIMIT_S = 60.0
+JOB = r"subagent-\d+"
+COUNTS = r"dsh-marked processes: [1-9]\d* mid-turn → 0 after"
+EXPECTED_ROWS = [
+    ("foreground answer", "Codex", re.escape('✓ answer: "Hello from Codex."')),
+    ("foreground answer", "Claude Code", re.escape('✓ answer: "Hello from Claude Code."')),
+    (
+        "background job",
+        "Codex",
+        f"✓ {JOB} → job_output: "
+        + re.escape('"Codex finished in the background." [status: completed]'),
+    ),
+    (
+        "background job",
+        "Claude Code",
+        f"✓ {JOB} → job_output: "
+        + re.escape('"Claude Code finished in the background." [status: completed]'),
+    ),
+    (
+        "model failure",
+        "Codex",
+        re.escape(
+            "✓ HTTP 503 → Product subagent failure (product: Codex; stage: turn; category: "
+            "httpConnectionFailed; HTTP status: 503)"
+        ),
+    ),
+    (
+        "model failure",
+        "Claude Code",
+        re.escape(
+            "✓ HTTP 401 → Product subagent failure (product: Claude Code; stage: query-run; "
+            "category: authentication; HTTP status: 401)"
+        ),
+    ),
+    ("cancel via job_kill", "Codex", f"✓ job_kill {JOB} → \\[status: killed\\]; {COUNTS}"),
+    ("cancel the tool call", "Claude Code", f"✓ tool call cancelled; {COUNTS}"),
+]
+
+
+def _demo_dirs() -> set[Path]:
+    return set(Path(tempfile.gettempdir()).glob("dsh-demo-*"))
+
+
+def _table_rows(text: str, rule: str) -> list[list[str]]:
+    return [
+        [cell.strip() for cell in line.split(rule)[1:-1]]
+        for line in text.splitlines()
+        if line.startswith(rule)
+    ]
+
+
+async def test_dsh_demo_exits_0_with_every_scenario_behaving() -> None:
+    before = _demo_dirs()
+    spec = SpawnSpec(
+        argv=[sys.executable, "-m", "dsh.tool_subagent._cli", "demo"],
+        env={"COLUMNS": "250"},
+        stdout=Collect(1 << 16),
+        stderr=Collect(1 << 16),
+    )
+    began = time.monotonic()
+    proc = await default_runtime().spawn(spec)
+    try:
+        async with asyncio.timeout(DEMO_LIMIT_S):
+            outcome = await proc.wait()
+    finally:
+        await proc.aclose()
+    elapsed = time.monotonic() - began
+    out, err = proc.collected("stdout").text, proc.collected("stderr").text
+    assert outcome.exit_code == 0, out + err
+    assert elapsed < DEMO_LIMIT_S
+    assert err == ""
+    lines = out.splitlines()
+    assert lines[0].rstrip() == _demo.TITLE
+    assert _table_rows(out, "┃") == [["scenario", "product", "outcome", "time"]]
+    rows = _table_rows(out, "│")
+    assert len(rows) == len(EXPECTED_ROWS)
+    for row, (scenario, product, outcome_pattern) in zip(rows, EXPECTED_ROWS, strict=True):
+        assert row[:2] == [scenario, product]
+        assert re.fullmatch(outcome_pattern, row[2]), row[2]
+        assert re.fullmatch(r"\d+\.\d s", row[3]), row[3]
+    summary = lines[-1]
+    assert re.fullmatch(
+        r"All 8 scenarios behaved as expected in \d+\.\d s: the real Codex and Claude Code"
+        r" products answered, ran as background jobs, reported failures with a safe diagnostic"
+        r" and were cancelled leaving no process behind \(loopback model servers, no key, no"
+        r" network\)\.",
+        summary,
+    ), summary
+    assert _demo_dirs() - before == set()
+    assert await asyncio.to_thread(owned_marked_processes, proc.pid) == []
+
+
+@pytest.mark.parametrize(
+    ("installed", "message"),
+    [
+        (
+            ["codex"],
+            'the Claude Code provider is not installed; install it with pip install "dsh-tool-'
+            'subagent[claude-code]" (or "dsh-tool-subagent[all]" for everything)',
+        ),
+        (
+            [],
+            "the Codex provider and the Claude Code provider are not installed; install them"
+            ' with pip install "dsh-tool-subagent[all]"',
+        ),
+    ],
+)
+def test_demo_names_the_extra_to_install_and_fails(
+    monkeypatch: pytest.MonkeyPatch, installed: list[str], message: str
+) -> None:
+    monkeypatch.setattr(_demo, "installed_provider_kinds", lambda: tuple(installed))
+    buffer = io.StringIO()
+    code = _demo.main(console=Console(file=buffer, width=300))
+    assert code == 1
+    assert buffer.getvalue() == f"dsh demo did not run: {message}\n"
