@@ -1,0 +1,149 @@
+"""``dsh run`` as a program, against a profile whose providers' env point at the loopback servers.
+
+The command runs as ``sys.executable -m dsh.tool_subagent._cli`` through ``dsh.subprocess``; the
+answer must be byte-exact on stdout with exit code 0, and a failure must exit 1 with the
+model-visible error text on stderr. The product processes it starts must be gone when it exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dsh.subagent_claude_code.testing import FakeMessagesServer
+from dsh.subagent_claude_code.testing import hermetic_env as claude_env
+from dsh.subagent_codex.testing import (
+    FakeResponsesServer,
+    HttpStatus,
+    hermetic_env,
+    write_codex_home,
+)
+from dsh.subprocess import Collect, SpawnSpec, default_runtime
+from dsh.tool_subagent._demo_scenarios import owned_marked_processes
+
+pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
+
+RUN_LIMIT_S = 60.0
+
+
+@dataclass
+class Setup:
+    profile: Path
+    workspace: Path
+    codex: FakeResponsesServer
+    claude: FakeMessagesServer
+
+
+@dataclass
+class Ran:
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    pid: int
+
+
+def _toml_table(name: str, values: dict[str, str]) -> str:
+    lines = [f"[{name}]"] + [f"{key} = {json.dumps(value)}" for key, value in values.items()]
+    return "\n".join(lines)
+
+
+@pytest.fixture
+async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
+        home = write_codex_home(tmp_path / "codex-home", codex.base_url, "cli-model")
+        profile = tmp_path / "profile.toml"
+        profile.write_text(
+            "\n\n".join(
+                [
+                    '[[provider]]\nkind = "codex"\n[provider.config]\nstderr = "discard"',
+                    _toml_table("provider.config.env", hermetic_env(home)),
+                    '[[provider]]\nkind = "claude-code"\n[provider.config]\nstderr = "discard"',
+                    _toml_table(
+                        "provider.config.env", claude_env(tmp_path / "claude", claude.base_url)
+                    ),
+                ]
+            )
+            + "\n",
+            encoding="utf-8",
+        )
+        yield Setup(profile, workspace, codex, claude)
+
+
+async def _dsh(setup: Setup, *args: str) -> Ran:
+    argv = [sys.executable, "-m", "dsh.tool_subagent._cli", "run", "--profile", str(setup.profile)]
+    spec = SpawnSpec(
+        argv=[*argv, "--cwd", str(setup.workspace), *args],
+        cwd=str(setup.workspace),
+        stdout=Collect(1 << 16),
+        stderr=Collect(1 << 16),
+    )
+    proc = await default_runtime().spawn(spec)
+    try:
+        async with asyncio.timeout(RUN_LIMIT_S):
+            outcome = await proc.wait()
+    finally:
+        await proc.aclose()
+    return Ran(
+        outcome.exit_code, proc.collected("stdout").text, proc.collected("stderr").text, proc.pid
+    )
+
+
+async def _left_by(pid: int) -> list[int]:
+    return await asyncio.to_thread(owned_marked_processes, pid)
+
+
+async def test_dsh_run_prints_the_codex_answer(setup: Setup) -> None:
+    answer = "codex answer through dsh run  “exact” ✓"
+    setup.codex.queue_message(answer)
+    ran = await _dsh(setup, "Reply with the CLI-RUN answer.")
+    assert (ran.exit_code, ran.stdout, ran.stderr) == (0, answer + "\n", "")
+    assert [r.task_text for r in setup.codex.model_requests] == ["Reply with the CLI-RUN answer."]
+    assert await _left_by(ran.pid) == []
+
+
+async def test_dsh_run_background_claude_code_answer(setup: Setup) -> None:
+    answer = "claude answer through dsh run --background"
+    setup.claude.queue_text(answer)
+    ran = await _dsh(setup, "--tool", "subagent_claude_code", "--background", "CLI-BG task")
+    assert (ran.exit_code, ran.stdout) == (0, answer)
+    assert ran.stderr == "started background subagent job subagent-1\n"
+    assert [r.task for r in setup.claude.requests] == ["CLI-BG task"]
+    assert await _left_by(ran.pid) == []
+
+
+@pytest.mark.parametrize(
+    ("tool", "diagnostic"),
+    [
+        (
+            "subagent_codex",
+            "Product subagent failure (product: Codex; stage: turn; category: "
+            "httpConnectionFailed; HTTP status: 503)",
+        ),
+        (
+            "subagent_claude_code",
+            "Product subagent failure (product: Claude Code; stage: query-run; category: "
+            "authentication; HTTP status: 401)",
+        ),
+    ],
+)
+async def test_dsh_run_failure_exits_1_with_the_model_visible_error(
+    setup: Setup, tool: str, diagnostic: str
+) -> None:
+    secret = "cli-secret-error-body-77c1"
+    if tool == "subagent_codex":
+        setup.codex.queue(HttpStatus(503, {"error": {"message": secret}}))
+    else:
+        setup.claude.queue_http_error(401, secret)
+    ran = await _dsh(setup, "--tool", tool, "CLI-FAIL task")
+    assert (ran.exit_code, ran.stdout) == (1, "")
+    assert ran.stderr == f"subagent run failed\nDiagnostic: {diagnostic}\n"
+    assert secret not in ran.stderr
+    assert await _left_by(ran.pid) == []

@@ -1,0 +1,240 @@
+"""Flows through the delegation tool and the job tools with the REAL products (keyless).
+
+A harness is built from an in-memory profile whose providers' ``env`` point at the loopback model
+servers, with hermetic homes under ``tmp_path``. Every flow asserts exact model-visible text.
+Processes are counted by their dsh tree marker, restricted to markers owned by this test process
+(other dsh programs may run on the same machine).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from dsh.jobs import JobDone
+from dsh.subagent_claude_code.testing import FakeMessagesServer
+from dsh.subagent_claude_code.testing import hermetic_env as claude_env
+from dsh.subagent_codex.testing import (
+    FAKE_API_KEY,
+    FakeResponsesServer,
+    FunctionCallItem,
+    HttpStatus,
+    Reply,
+    hermetic_env,
+    write_codex_home,
+)
+from dsh.tool_subagent import Caller, Harness, ToolResult
+from dsh.tool_subagent._demo_scenarios import owned_marked_processes
+
+pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
+
+CODEX, CLAUDE = "codex", "claude-code"
+TOOLS = {CODEX: "subagent_codex", CLAUDE: "subagent_claude_code"}
+CLAUDE_KEY = "sk-ant-flows-fake-key"
+FAILURES = {
+    CODEX: "Product subagent failure (product: Codex; stage: turn; category: "
+    "httpConnectionFailed; HTTP status: 503)",
+    CLAUDE: "Product subagent failure (product: Claude Code; stage: query-run; category: "
+    "authentication; HTTP status: 401)",
+}
+SECRET_BODY = "flows-secret-error-body-3f9a"
+
+
+@dataclass
+class Stack:
+    harness: Harness
+    codex: FakeResponsesServer
+    claude: FakeMessagesServer
+    caller: Caller
+
+    async def call(self, name: str, **arguments: Any) -> ToolResult:
+        result: ToolResult = await self.harness.tool(name).call(arguments, self.caller)
+        return result
+
+    async def delegate(self, product: str, prompt: str, **extra: Any) -> ToolResult:
+        return await self.call(TOOLS[product], description="flow task", prompt=prompt, **extra)
+
+    def answer(self, product: str, text: str) -> None:
+        if product == CODEX:
+            self.codex.queue_message(text)
+        else:
+            self.claude.queue_text(text)
+
+    def fail(self, product: str) -> None:
+        if product == CODEX:
+            self.codex.queue(HttpStatus(503, {"error": {"message": SECRET_BODY}}))
+        else:
+            self.claude.queue_http_error(401, SECRET_BODY)
+
+    def hold_mid_turn(self, product: str) -> None:
+        """The next turn stays busy: Codex runs a long command, the Claude request stalls."""
+        if product == CODEX:
+            command = {"cmd": "sleep 30", "login": False, "yield_time_ms": 20000}
+            self.codex.queue(Reply((FunctionCallItem("exec_command", command),)))
+        else:
+            self.claude.queue_stall()
+
+    async def request_arrived(self, product: str) -> None:
+        if product == CODEX:
+            await self.codex.wait_for_requests(1, timeout=30)
+        else:
+            assert await asyncio.to_thread(self.claude.wait_for_requests, 1, 30.0)
+
+    def tasks(self, product: str) -> list[str | None]:
+        if product == CODEX:
+            return [r.task_text for r in self.codex.model_requests]
+        return [r.task for r in self.claude.requests]
+
+
+@pytest.fixture
+async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
+        home = write_codex_home(tmp_path / "codex-home", codex.base_url, "flows-model")
+        env = claude_env(tmp_path / "claude", claude.base_url, api_key=CLAUDE_KEY)
+        common = {"stderr": "discard", "dispose_grace_ms": 2000}
+        profile = {
+            "provider": [
+                {"kind": CODEX, "config": {"env": hermetic_env(home), **common}},
+                {"kind": CLAUDE, "config": {"env": env, **common}},
+            ]
+        }
+        async with Harness.from_profile(profile) as harness:
+            yield Stack(harness, codex, claude, Caller("flows-session", str(workspace)))
+
+
+async def _owned() -> list[int]:
+    return await asyncio.to_thread(owned_marked_processes)
+
+
+async def _wait_for(predicate: Callable[[], bool], limit: float = 15.0) -> None:
+    async with asyncio.timeout(limit):
+        while not await asyncio.to_thread(predicate):  # noqa: ASYNC110 - bounded test-side poll
+            await asyncio.sleep(0.05)
+
+
+def _has_sleep_descendant() -> bool:
+    for pid in owned_marked_processes():
+        try:
+            if psutil.Process(pid).cmdline()[:2] == ["sleep", "30"]:
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
+@pytest.mark.parametrize("product", [CODEX, CLAUDE])
+async def test_foreground_answer_is_byte_exact(stack: Stack, product: str) -> None:
+    answer = f"foreground answer from {product}  “exact” ✓"
+    stack.answer(product, answer)
+    result = await stack.delegate(product, "Reply with the foreground answer FLOW-FG.")
+    assert result == ToolResult(
+        text=answer, is_error=False, value={"stop_reason": "completed", "diagnostic": None}
+    )
+    assert stack.tasks(product) == ["Reply with the foreground answer FLOW-FG."]
+    if product == CODEX:
+        assert stack.codex.model_requests[0].headers["authorization"] == f"Bearer {FAKE_API_KEY}"
+    else:
+        assert stack.claude.requests[0].headers["x-api-key"] == CLAUDE_KEY
+    assert await _owned() == []
+
+
+@pytest.mark.parametrize("product", [CODEX, CLAUDE])
+async def test_background_job_is_collected_with_job_output_wait(stack: Stack, product: str) -> None:
+    answer = f"background answer from {product}"
+    stack.answer(product, answer)
+    started = await stack.delegate(
+        product, "Finish FLOW-BG in the background.", run_in_background=True
+    )
+    assert started == ToolResult(
+        text="started background subagent job subagent-1", value={"job_id": "subagent-1"}
+    )
+    read = await stack.call("job_output", job_id="subagent-1", wait=True, timeout_ms=60000)
+    assert read.text == f"{answer}\n[status: completed]"
+    assert not read.is_error
+    listed = await stack.call("job_list")
+    assert listed.text == "subagent-1 [subagent] completed — flow task"
+    assert stack.tasks(product) == ["Finish FLOW-BG in the background."]
+    assert await _owned() == []
+
+
+async def test_unread_background_job_sends_its_completion_notice(stack: Stack) -> None:
+    done: list[JobDone] = []
+    settled = asyncio.Event()
+
+    def listener(event: JobDone) -> None:
+        done.append(event)
+        settled.set()
+
+    unsubscribe = stack.harness.jobs.on_job_done(listener)
+    try:
+        stack.answer(CODEX, "noticed answer")
+        started = await stack.delegate(CODEX, "FLOW-NOTICE", run_in_background=True)
+        assert started.text == "started background subagent job subagent-1"
+        async with asyncio.timeout(60):
+            await settled.wait()
+    finally:
+        unsubscribe()
+    [event] = done
+    assert event.notice == (
+        "background job subagent-1 (subagent: flow task) finished [status: completed]. "
+        "Read its output with job_output."
+    )
+    read = await stack.call("job_output", job_id="subagent-1")
+    assert read.text == "noticed answer\n[status: completed]"
+
+
+@pytest.mark.parametrize("product", [CODEX, CLAUDE])
+async def test_background_failure_shows_its_safe_diagnostic(stack: Stack, product: str) -> None:
+    stack.fail(product)
+    started = await stack.delegate(product, "FLOW-FAIL", run_in_background=True)
+    assert started.text == "started background subagent job subagent-1"
+    read = await stack.call("job_output", job_id="subagent-1", wait=True, timeout_ms=60000)
+    assert read.text == (
+        f"(no new output)\n[status: failed, error; diagnostic: {FAILURES[product]}]"
+    )
+    assert SECRET_BODY not in repr(read)
+    assert read.value is not None
+    assert read.value["status"] == "failed"
+    assert await _owned() == []
+
+
+@pytest.mark.parametrize("product", [CODEX, CLAUDE])
+async def test_job_kill_mid_run_settles_killed_with_no_process_left(
+    stack: Stack, product: str
+) -> None:
+    stack.hold_mid_turn(product)
+    started = await stack.delegate(product, "FLOW-KILL", run_in_background=True)
+    assert started.text == "started background subagent job subagent-1"
+    await stack.request_arrived(product)
+    if product == CODEX:
+        await _wait_for(_has_sleep_descendant)  # the product's own command is running
+    assert await _owned(), "the run's processes should be alive mid-turn"
+    killed = await stack.call("job_kill", job_id="subagent-1", reason="flow test")
+    assert killed.text == "requested cancellation of job subagent-1"
+    read = await stack.call("job_output", job_id="subagent-1", wait=True, timeout_ms=30000)
+    assert read.text == "(no new output)\n[status: killed, flow test]"
+    assert await _owned() == []
+    again = await stack.call("job_kill", job_id="subagent-1")
+    assert again.text == "job subagent-1 had already finished [status: killed, flow test]"
+
+
+async def test_owner_close_cancels_live_jobs_and_their_trees(stack: Stack) -> None:
+    stack.hold_mid_turn(CLAUDE)
+    started = await stack.delegate(CLAUDE, "FLOW-OWNER", run_in_background=True)
+    assert started.text == "started background subagent job subagent-1"
+    await stack.request_arrived(CLAUDE)
+    assert await _owned()
+    await stack.harness.jobs.close_owner(stack.caller)
+    assert await _owned() == []
+    listed = await stack.call("job_list")
+    assert listed.text == "(no background jobs)"
+    gone = await stack.call("job_output", job_id="subagent-1")
+    assert gone == ToolResult(text="unknown job subagent-1", is_error=True)
