@@ -1,0 +1,210 @@
+"""Shared fixtures for the reliability suites.
+
+Test modules never import this file: everything they share comes through fixtures (``kit``,
+``codex`` and ``claude``). The leak guard of ``tests-e2e/conftest.py`` applies on top.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from dsh.subagent import Descriptor, Parent, ResolvedStartRequest, TextBlock
+from dsh.subagent_claude_code import ClaudeCodeProvider, ClaudeCodeProviderConfig
+from dsh.subagent_claude_code.testing import FakeMessagesServer
+from dsh.subagent_claude_code.testing import hermetic_env as claude_env
+from dsh.subagent_codex import CodexProvider, CodexProviderConfig
+from dsh.subagent_codex.testing import FakeResponsesServer, hermetic_env, write_codex_home
+from dsh.subprocess import TREE_MARKER_ENV, marked_processes
+
+HERE = Path(__file__).resolve().parent
+CODEX_MODEL = "mock-model"
+_LINE = (
+    r"Product subagent failure \(product: (?:Codex|Claude Code); stage: [a-z-]+; "
+    r"category: [A-Za-z-]+(?:; HTTP status: \d+)?(?:; exit code: -?\d+)?"
+    r"(?:; signal: SIG[A-Z0-9]+)?\)"
+)
+_FACT = (
+    r"(?:Codex|Claude Code) unattended decision \(mode: [A-Za-z-]+; request: [a-zA-Z ]+; "
+    r"decision: [a-z ]+\): [A-Za-z ]+"
+)
+_NOTES = ("Codex completed without a final answer",)
+
+
+class Kit:
+    """Helpers for the reliability tests (requests, providers, process-table probes)."""
+
+    here = HERE
+    escapee = HERE / "escapee.py"
+    line_re = re.compile(_LINE)
+
+    @staticmethod
+    def request(cwd: Path | str, text: str, provider: str) -> ResolvedStartRequest:
+        return ResolvedStartRequest(
+            prompt=(TextBlock(text),),
+            parent=Parent(session_id="reliability", cwd=str(cwd)),
+            descriptor=Descriptor(provider=provider),
+        )
+
+    @staticmethod
+    def is_safe_diagnostic(diagnostic: str | None) -> bool:
+        """A failure line, optionally followed by the fixed note and/or one unattended fact."""
+        if not diagnostic:
+            return False
+        first, *rest = diagnostic.split("\n")
+        if not re.fullmatch(_LINE, first) or len(rest) > 2:
+            return False
+        return all(line in _NOTES or re.fullmatch(_FACT, line) for line in rest)
+
+    @staticmethod
+    def is_safe_failure_message(message: str) -> bool:
+        """``<prefix>: <failure line>`` (or several joined by ``; `` for a failed rollback)."""
+        prefix = r"subagent-(?:codex|claude-code): "
+        part = prefix + _LINE
+        return re.fullmatch(f"{part}(?:; {part})*", message) is not None
+
+    @staticmethod
+    def own_marked() -> list[int]:
+        """Marked processes whose tree marker names this test process as the owner.
+
+        Other jobs on the machine may run dsh trees of their own; only ours are asserted on.
+        """
+        own = f"{os.getpid()}:"
+        found = []
+        for pid in marked_processes():
+            try:
+                marker = psutil.Process(pid).environ().get(TREE_MARKER_ENV, "")
+            except psutil.Error:
+                continue
+            if marker.startswith(own):
+                found.append(pid)
+        return found
+
+    @staticmethod
+    def owned_by(owner_pid: int) -> list[int]:
+        """Marked processes whose tree marker names ``owner_pid`` as the owner."""
+        found = []
+        for pid in marked_processes():
+            try:
+                marker = psutil.Process(pid).environ().get(TREE_MARKER_ENV, "")
+            except psutil.Error:
+                continue
+            if marker.startswith(f"{owner_pid}:"):
+                found.append(pid)
+        return sorted(found)
+
+    @staticmethod
+    def pids_with(nonce: str) -> list[int]:
+        """Live, non-zombie processes whose command line carries ``nonce`` (blocking scan)."""
+        found = []
+        own = os.getpid()
+        for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+            info = proc.info
+            if info["pid"] == own or info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if any(nonce in part for part in info["cmdline"] or ()):
+                found.append(info["pid"])
+        return sorted(found)
+
+    @staticmethod
+    async def wait_until(
+        predicate: Callable[[], bool], limit: float = 30.0, what: str = "a condition"
+    ) -> None:
+        """Poll a blocking ``predicate`` off the loop until it holds (bounded)."""
+        deadline = time.monotonic() + limit
+        while not await asyncio.to_thread(predicate):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            await asyncio.sleep(0.05)
+
+    @staticmethod
+    def open_fds() -> int:
+        return sum(1 for _ in Path("/proc/self/fd").iterdir())
+
+    @staticmethod
+    def settle_fds(baseline: int, tolerance: int, limit: float = 5.0) -> int:
+        """The fd count once it is within ``tolerance`` of ``baseline`` (or after ``limit`` s)."""
+        deadline = time.monotonic() + limit
+        while True:
+            gc.collect()
+            count = sum(1 for _ in Path("/proc/self/fd").iterdir())
+            if count <= baseline + tolerance or time.monotonic() > deadline:
+                return count
+            time.sleep(0.05)
+
+    @staticmethod
+    def codex_provider(
+        home: Path, *, env: dict[str, str] | None = None, **fields: Any
+    ) -> CodexProvider:
+        overlay = {**hermetic_env(home), **(env or {})}
+        config = {"env": overlay, "dispose_grace_ms": 1500, "stderr": "discard", **fields}
+        return CodexProvider(CodexProviderConfig.model_validate(config))
+
+    @staticmethod
+    def claude_provider(
+        root: Path, base_url: str, *, env: dict[str, str] | None = None, **fields: Any
+    ) -> ClaudeCodeProvider:
+        overlay = {**claude_env(root, base_url), **(env or {})}
+        config = {"env": overlay, "dispose_grace_ms": 1500, "stderr": "discard", **fields}
+        return ClaudeCodeProvider(ClaudeCodeProviderConfig.model_validate(config))
+
+
+@dataclass
+class CodexSetup:
+    server: FakeResponsesServer
+    home: Path
+    workspace: Path
+
+    def provider(self, **fields: Any) -> CodexProvider:
+        return Kit.codex_provider(self.home, **fields)
+
+    def request(self, text: str) -> ResolvedStartRequest:
+        return Kit.request(self.workspace, text, "codex")
+
+
+@dataclass
+class ClaudeSetup:
+    server: FakeMessagesServer
+    root: Path
+    workspace: Path
+
+    def provider(self, **fields: Any) -> ClaudeCodeProvider:
+        return Kit.claude_provider(self.root, self.server.base_url, **fields)
+
+    def request(self, text: str) -> ResolvedStartRequest:
+        return Kit.request(self.workspace, text, "claude-code")
+
+
+@pytest.fixture
+def kit() -> Kit:
+    return Kit()
+
+
+@pytest.fixture
+async def codex(tmp_path: Path) -> AsyncIterator[CodexSetup]:
+    async with FakeResponsesServer() as server:
+        home = write_codex_home(tmp_path / "codex-home", server.base_url, CODEX_MODEL)
+        workspace = tmp_path / "codex-ws"
+        workspace.mkdir()
+        yield CodexSetup(server, home, workspace)
+
+
+@pytest.fixture
+async def claude(tmp_path: Path) -> AsyncIterator[ClaudeSetup]:
+    async with FakeMessagesServer() as server:
+        workspace = tmp_path / "claude-ws"
+        workspace.mkdir()
+        try:
+            yield ClaudeSetup(server, tmp_path / "claude-root", workspace)
+        finally:
+            server.release_stalls()
