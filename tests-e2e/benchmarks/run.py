@@ -1,0 +1,909 @@
+"""dsh benchmarks: the dsh providers vs the official SDKs vs the raw product CLIs.
+
+Run: ``uv run python tests-e2e/benchmarks/run.py [--runs N] [--quick]``.
+
+Everything runs in this one process against the same loopback model servers (a separate process,
+``model_servers.py``, so their CPU and event-loop work never count against the parent). Each
+round runs every variant once, in an order rotated per round (A/B/C, B/C/A, C/A/B, ...), so slow
+drift of the shared machine spreads evenly. Figures are medians over ``--runs`` rounds; a
+warm-up round (reused homes, imports, first-run caches) is not recorded. See docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import importlib
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Literal
+
+import psutil
+
+from dsh.subagent import Descriptor, Parent, ResolvedStartRequest, StopReason, TextBlock
+from dsh.subagent_claude_code import ClaudeCodeProvider, ClaudeCodeProviderConfig
+from dsh.subagent_claude_code.testing import hermetic_env as claude_hermetic_env
+from dsh.subagent_codex import CodexProvider, CodexProviderConfig
+from dsh.subagent_codex.testing import hermetic_env as codex_hermetic_env
+from dsh.subagent_codex.testing import write_codex_home
+from dsh.subprocess import (
+    TREE_MARKER_ENV,
+    Collect,
+    ManagedProcess,
+    SpawnSpec,
+    default_runtime,
+    marked_processes,
+)
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_JSON = HERE / "results" / "latest.json"
+ANSWER = "BENCH-OK"
+TOOL_MARK = "time.sleep(37)"  # in the argv of the tool process model_servers.py asks for
+CODEX_MODEL = "mock-model"
+LAG_INTERVAL_S = 0.005
+Product = Literal["codex", "claude-code"]
+PRODUCTS: tuple[Product, ...] = ("codex", "claude-code")
+VARIANTS = ("dsh", "sdk", "cli")
+TARGET_E2E_RATIO = 1.02
+TARGET_TEARDOWN_S = 0.100
+TARGET_CANCEL_TOOL_S: dict[Product, float] = {"codex": 0.200, "claude-code": 2.0}
+TARGET_LAG_P99_S = 0.020
+
+
+# ---- small helpers -------------------------------------------------------------------------
+
+
+def _request(cwd: Path, text: str, provider: str) -> ResolvedStartRequest:
+    return ResolvedStartRequest(
+        prompt=(TextBlock(text),),
+        parent=Parent(session_id="dsh-bench", cwd=str(cwd)),
+        descriptor=Descriptor(provider=provider),
+    )
+
+
+def _tree_of(run: object) -> ManagedProcess:
+    """The run's ``ManagedProcess`` (private attributes: benchmark-only introspection)."""
+    proc = getattr(run, "_proc", None)
+    if proc is None:
+        proc = getattr(getattr(run, "_transport", None), "process", None)
+    if not isinstance(proc, ManagedProcess):
+        raise RuntimeError("cannot find the run's process tree")
+    return proc
+
+
+def _is_tool(pid: int) -> bool:
+    try:
+        cmdline = psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return False
+    return (
+        bool(cmdline)
+        and Path(cmdline[0]).name.startswith("python")
+        and any(TOOL_MARK in part for part in cmdline[1:])
+    )
+
+
+def _find_tool(tree_id: str, root: int) -> int | None:
+    candidates = set(marked_processes(tree_id))
+    with contextlib.suppress(psutil.Error):
+        candidates.update(p.pid for p in psutil.Process(root).children(recursive=True))
+    return next((pid for pid in sorted(candidates) if _is_tool(pid)), None)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+OUR_TREES: set[str] = set()
+"""Every tree id this benchmark created (the machine may run other dsh processes meanwhile)."""
+
+
+def _marker_of(pid: int) -> str | None:
+    try:
+        value = psutil.Process(pid).environ().get(TREE_MARKER_ENV)
+    except psutil.Error:
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _our_leftovers() -> list[int]:
+    return [pid for pid in marked_processes() if _marker_of(pid) in OUR_TREES]
+
+
+def _leftovers(tree_id: str, extra: tuple[int, ...] = ()) -> list[int]:
+    return sorted(set(marked_processes(tree_id)) | {p for p in extra if _alive(p)})
+
+
+async def _verify_gone(tree_id: str, began: float, extra: tuple[int, ...] = ()) -> float | None:
+    """None when nothing of the tree is left now; else the time (from ``began``) it took to go.
+
+    The figures come from the API's own return (``aclose()`` claims whole-tree exit); this is an
+    independent check that the claim held. A tree still alive after 5 s is killed and reported.
+    """
+    left = await asyncio.to_thread(_leftovers, tree_id, extra)
+    if not left:
+        return None
+    deadline = time.monotonic() + 5.0
+    while left and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+        left = await asyncio.to_thread(_leftovers, tree_id, extra)
+    gone_after = time.perf_counter() - began
+    for pid in left:
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).kill()
+    return gone_after if not left else math.inf
+
+
+def _stats(values: list[float]) -> dict[str, Any]:
+    if not values:
+        return {"n": 0}
+    ordered = sorted(values)
+    return {
+        "n": len(ordered),
+        "median": statistics.median(ordered),
+        "min": ordered[0],
+        "max": ordered[-1],
+        "p90": _quantile(ordered, 0.90),
+    }
+
+
+def _lag_stats(values: list[float]) -> dict[str, Any]:
+    return {**_stats(values), "p99": _quantile(sorted(values), 0.99)} if values else {"n": 0}
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    index = max(0, math.ceil(q * len(ordered)) - 1)
+    return ordered[min(index, len(ordered) - 1)]
+
+
+# ---- the model servers ---------------------------------------------------------------------
+
+
+class ModelServers:
+    """``model_servers.py`` as a child process, with its one-line control protocol."""
+
+    def __init__(self, proc: ManagedProcess, urls: dict[str, str]) -> None:
+        self.proc = proc
+        self.codex_url = urls["codex"]
+        self.claude_url = urls["claude"]
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def start(cls) -> ModelServers:
+        spec = SpawnSpec(
+            argv=[sys.executable, str(HERE / "model_servers.py")],
+            stdin="pipe",
+            stdout="pipe",
+            stderr="inherit",
+            grace_ms=2000,
+        )
+        proc = await default_runtime().spawn(spec)
+        OUR_TREES.add(proc.tree_id)
+        try:
+            assert proc.stdout is not None
+            async with asyncio.timeout(30):
+                line = await proc.stdout.readline()
+            return cls(proc, json.loads(line))
+        except BaseException:
+            await proc.aclose()
+            raise
+
+    async def command(self, line: str, timeout: float = 10.0) -> str:  # noqa: ASYNC109
+        async with self._lock:
+            assert self.proc.stdin is not None
+            assert self.proc.stdout is not None
+            self.proc.stdin.write(line.encode() + b"\n")
+            await self.proc.stdin.drain()
+            async with asyncio.timeout(timeout):
+                return (await self.proc.stdout.readline()).decode().strip()
+
+    async def wait_seen(self, token: str) -> None:
+        """Until a model request carrying ``token`` has reached the server (bounded there)."""
+        if await self.command(f"wait {token}", timeout=40.0) != "yes":
+            raise RuntimeError("the model request never arrived")
+
+    async def aclose(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5):
+                await self.proc.wait()
+        await self.proc.aclose()
+
+
+# ---- samples -------------------------------------------------------------------------------
+
+
+@dataclass
+class Sample:
+    answer_s: float  # start -> answer in hand
+    total_s: float  # start -> answer in hand and the product process gone
+    cpu_s: float  # this process's CPU time (all threads) over the run
+    close_s: float | None = None  # dsh only: aclose() -> whole-tree exit
+    late_exit_s: float | None = None  # dsh only: set when the independent check saw leftovers
+
+
+@dataclass
+class CancelSample:
+    settle_s: float  # cancel() -> result() returns aborted
+    tree_exit_s: float  # cancel() -> aclose() returns (whole tree gone)
+    late_exit_s: float | None = None
+
+
+@dataclass
+class Results:
+    e2e: dict[str, list[Sample]] = field(default_factory=lambda: {v: [] for v in VARIANTS})
+    cancel_idle: list[CancelSample] = field(default_factory=list)
+    cancel_tool: list[CancelSample] = field(default_factory=list)
+    single_wall: list[float] = field(default_factory=list)
+    multi_wall: list[float] = field(default_factory=list)
+    lag: list[float] = field(default_factory=list)
+    sdk_multi_wall: list[float] = field(default_factory=list)
+    sdk_lag: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+async def _timed(body: Callable[[], Awaitable[tuple[str, float]]]) -> Sample:
+    cpu0 = time.process_time()
+    began = time.perf_counter()
+    text, answered = await body()
+    total = time.perf_counter() - began
+    cpu = time.process_time() - cpu0
+    if text.strip() != ANSWER:
+        raise RuntimeError(f"unexpected answer {text[:80]!r}")
+    return Sample(answered - began, total, cpu)
+
+
+# ---- the products --------------------------------------------------------------------------
+
+
+class Bench:
+    """One product's variants: the dsh provider, the official SDK and the raw CLI."""
+
+    product: Product
+
+    def __init__(
+        self, servers: ModelServers, root: Path, concurrency: int, settle_s: float = 0.0
+    ) -> None:
+        self.servers = servers
+        self.root = root
+        self.concurrency = concurrency
+        self.settle_s = (
+            settle_s  # a pause before each measurement, so one's exit can't slow the next
+        )
+
+    def _dir(self, *parts: str) -> Path:
+        path = self.root.joinpath(self.product, *parts)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    # -- per product --
+    def dsh_provider(self, slot: str, *, tool: bool = False) -> CodexProvider | ClaudeCodeProvider:
+        raise NotImplementedError
+
+    async def sdk_once(self, task: str, slot: str = "sdk") -> tuple[str, float]:
+        raise NotImplementedError
+
+    def cli_argv(self, task: str) -> tuple[list[str], dict[str, str | None], Path]:
+        raise NotImplementedError
+
+    async def prepare_cancel(self, token: str, tool: bool) -> None:
+        """Script the model for a cancel run (Codex routes by task text; nothing to do)."""
+
+    # -- shared --
+    async def dsh_once(self, slot: str) -> Sample:
+        provider = self.dsh_provider(slot)
+        request = _request(self._dir("ws", slot), "BENCH-E2E answer please", self.product)
+        close_s = 0.0
+        tree_id = ""
+
+        async def body() -> tuple[str, float]:
+            nonlocal close_s, tree_id
+            run = await provider.start(request)
+            tree_id = _tree_of(run).tree_id
+            OUR_TREES.add(tree_id)
+            try:
+                result = await run.result()
+                answered = time.perf_counter()
+            finally:
+                closing = time.perf_counter()
+                await run.aclose()
+                close_s = time.perf_counter() - closing
+            if result.stop_reason is not StopReason.COMPLETED:
+                raise RuntimeError(f"dsh run ended {result.stop_reason}: {result.diagnostic}")
+            return result.text, answered
+
+        sample = await _timed(body)
+        sample.close_s = close_s
+        sample.late_exit_s = await _verify_gone(tree_id, time.perf_counter())
+        return sample
+
+    async def cli_once(self) -> Sample:
+        argv, env, cwd = self.cli_argv("BENCH-E2E answer please")
+
+        async def body() -> tuple[str, float]:
+            spec = SpawnSpec(
+                argv=argv,
+                cwd=str(cwd),
+                env=env,
+                stdin="ignore",
+                stdout=Collect(1 << 20),
+                stderr=Collect(1 << 16),
+            )
+            proc = await default_runtime().spawn(spec)
+            OUR_TREES.add(proc.tree_id)
+            try:
+                outcome = await proc.wait()
+                answered = time.perf_counter()
+            finally:
+                await proc.aclose()
+            text = proc.collected("stdout").text
+            if outcome.exit_code != 0:
+                raise RuntimeError(f"raw CLI exited {outcome}")
+            return text, answered
+
+        return await _timed(body)
+
+    async def sdk_sample(self) -> Sample:
+        return await _timed(lambda: self.sdk_once("BENCH-E2E answer please"))
+
+    async def cancel_once(self, *, tool: bool) -> CancelSample:
+        token = f"BENCH-{'TOOL' if tool else 'STALL'}-{uuid.uuid4().hex[:12]}"
+        await self.prepare_cancel(token, tool)
+        provider = self.dsh_provider("cancel-tool" if tool else "cancel", tool=tool)
+        run = await provider.start(_request(self._dir("ws", "cancel"), token, self.product))
+        proc = _tree_of(run)
+        OUR_TREES.add(proc.tree_id)
+        tool_pid: tuple[int, ...] = ()
+        try:
+            if tool:
+                async with asyncio.timeout(60):
+                    while True:
+                        pid = await asyncio.to_thread(_find_tool, proc.tree_id, proc.pid)
+                        if pid is not None:
+                            tool_pid = (pid,)
+                            break
+                        await asyncio.sleep(0.02)
+            else:
+                await self.servers.wait_seen(token)
+            began = time.perf_counter()
+            run.cancel()
+            result = await run.result()
+            settled = time.perf_counter()
+            await run.aclose()
+            closed = time.perf_counter()
+        finally:
+            await run.aclose()
+        if result.stop_reason is not StopReason.ABORTED:
+            raise RuntimeError(f"cancelled run ended {result.stop_reason}")
+        late = await _verify_gone(proc.tree_id, began, tool_pid)
+        return CancelSample(settled - began, closed - began, late)
+
+    async def sdk_concurrent(self, n: int) -> float:
+        """``n`` official-SDK runs at once (each with its own home), for the lag comparison."""
+        began = time.perf_counter()
+        async with asyncio.TaskGroup() as group:
+            for index in range(n):
+                group.create_task(self.sdk_once("BENCH-E2E answer please", f"sdk{index}"))
+        return time.perf_counter() - began
+
+    async def concurrent(self, n: int) -> float:
+        began = time.perf_counter()
+        async with asyncio.TaskGroup() as group:
+            for index in range(n):
+                group.create_task(self.dsh_once(f"slot{index}"))
+        return time.perf_counter() - began
+
+
+class CodexBench(Bench):
+    product: Product = "codex"
+
+    def _home(self, slot: str) -> Path:
+        home = self.root / self.product / "homes" / slot
+        if not (home / "config.toml").exists():
+            write_codex_home(home, self.servers.codex_url, CODEX_MODEL)
+        return home
+
+    def dsh_provider(self, slot: str, *, tool: bool = False) -> CodexProvider:
+        mode = "dangerously-bypass-approvals-and-sandbox" if tool else "never"
+        config = CodexProviderConfig(
+            env=codex_hermetic_env(self._home(slot)), permission_mode=mode, stderr="discard"
+        )
+        return CodexProvider(config)
+
+    async def sdk_once(self, task: str, slot: str = "sdk") -> tuple[str, float]:
+        sdk = importlib.import_module("openai_codex")
+        workspace = self._dir("ws", slot)
+        config = sdk.CodexConfig(env=codex_hermetic_env(self._home(slot)), cwd=str(workspace))
+        async with sdk.AsyncCodex(config) as codex:
+            thread = await codex.thread_start(
+                approval_mode=sdk.ApprovalMode.deny_all, ephemeral=True, cwd=str(workspace)
+            )
+            result = await thread.run(task)
+            answered = time.perf_counter()
+        return str(result.final_response or ""), answered
+
+    def cli_argv(self, task: str) -> tuple[list[str], dict[str, str | None], Path]:
+        import codex_cli_bin
+
+        workspace = self._dir("ws", "cli")
+        env: dict[str, str | None] = dict(codex_hermetic_env(self._home("cli")))
+        path_dir = codex_cli_bin.bundled_path_dir()
+        if path_dir is not None:
+            env["PATH"] = f"{path_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+        argv = [
+            str(codex_cli_bin.bundled_codex_path()),
+            "exec",
+            "--skip-git-repo-check",
+            "--ephemeral",
+            "--color",
+            "never",
+            "-c",
+            'approval_policy="never"',
+            "-C",
+            str(workspace),
+            task,
+        ]
+        return argv, env, workspace
+
+
+class ClaudeBench(Bench):
+    product: Product = "claude-code"
+
+    def _env(self, slot: str) -> dict[str, str]:
+        return claude_hermetic_env(
+            self.root / self.product / "homes" / slot, self.servers.claude_url
+        )
+
+    def _peer_env(self, slot: str) -> dict[str, str]:
+        # The peers get a private TMPDIR too, so their fswatch probes stay in our temp root.
+        tmp = self._dir("tmp", slot)
+        return {**self._env(slot), "TMPDIR": str(tmp), "CLAUDE_CODE_TMPDIR": str(tmp)}
+
+    def dsh_provider(self, slot: str, *, tool: bool = False) -> ClaudeCodeProvider:
+        env = self._env(slot)
+        if tool:
+            env["IS_SANDBOX"] = "1"  # bypassPermissions as root needs it
+        config = ClaudeCodeProviderConfig(
+            env=env,
+            permission_mode="bypassPermissions" if tool else "dontAsk",
+            stderr="discard",
+        )
+        return ClaudeCodeProvider(config)
+
+    async def prepare_cancel(self, token: str, tool: bool) -> None:
+        reply = await self.servers.command(f"{'claude-tool' if tool else 'claude-stall'} {token}")
+        if reply != "ok":
+            raise RuntimeError("the model server refused a control line")
+
+    async def sdk_once(self, task: str, slot: str = "sdk") -> tuple[str, float]:
+        sdk = importlib.import_module("claude_agent_sdk")
+        options = sdk.ClaudeAgentOptions(
+            cwd=str(self._dir("ws", slot)),
+            env=self._peer_env(slot),
+            permission_mode="dontAsk",
+            disallowed_tools=["AskUserQuestion"],
+            extra_args={"no-session-persistence": None},
+            # The same product configuration as dsh and the raw CLI: Claude Code's own system
+            # prompt (the SDK's default would pass ``--system-prompt ""`` instead).
+            system_prompt={"type": "preset", "preset": "claude_code"},
+        )
+        text, answered = "", 0.0
+        async for message in sdk.query(prompt=task, options=options):
+            if isinstance(message, sdk.ResultMessage):
+                text, answered = str(message.result or ""), time.perf_counter()
+        return text, answered
+
+    def cli_argv(self, task: str) -> tuple[list[str], dict[str, str | None], Path]:
+        cli = Path(importlib.import_module("claude_agent_sdk").__file__ or "").parent
+        argv = [
+            str(cli / "_bundled" / "claude"),
+            "-p",
+            task,
+            "--output-format",
+            "text",
+            "--permission-mode",
+            "dontAsk",
+            "--disallowedTools",
+            "AskUserQuestion",
+            "--no-session-persistence",
+        ]
+        env: dict[str, str | None] = dict(self._peer_env("cli"))
+        return argv, env, self._dir("ws", "cli")
+
+
+# ---- event-loop lag ------------------------------------------------------------------------
+
+
+async def _ticker(samples: list[float], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        began = time.perf_counter()
+        await asyncio.sleep(LAG_INTERVAL_S)
+        samples.append(max(0.0, time.perf_counter() - began - LAG_INTERVAL_S))
+
+
+async def _with_lag(body: Awaitable[float], samples: list[float]) -> float:
+    stop = asyncio.Event()
+    async with asyncio.TaskGroup() as group:
+        ticker = group.create_task(_ticker(samples, stop))
+        try:
+            return await body
+        finally:
+            stop.set()
+            await ticker
+
+
+# ---- the rounds ----------------------------------------------------------------------------
+
+
+async def _round(
+    bench: Bench, results: Results, round_no: int, variants: tuple[str, ...], record: bool
+) -> None:
+    shift = round_no % len(variants)
+    order = variants[shift:] + variants[:shift]
+    runners: dict[str, Callable[[], Awaitable[Sample]]] = {
+        "dsh": lambda: bench.dsh_once("e2e"),
+        "sdk": bench.sdk_sample,
+        "cli": bench.cli_once,
+    }
+    for variant in order:
+        await asyncio.sleep(bench.settle_s)
+        sample = await runners[variant]()
+        if record:
+            results.e2e[variant].append(sample)
+    await asyncio.sleep(bench.settle_s)
+    idle = await bench.cancel_once(tool=False)
+    await asyncio.sleep(bench.settle_s)
+    tool = await bench.cancel_once(tool=True)
+    await asyncio.sleep(bench.settle_s)
+    single = await bench.concurrent(1)
+    await asyncio.sleep(bench.settle_s)
+    lag: list[float] = []
+    multi = await _with_lag(bench.concurrent(bench.concurrency), lag)
+    sdk_lag: list[float] = []
+    if "sdk" in variants:
+        await asyncio.sleep(bench.settle_s)
+        sdk_multi = await _with_lag(bench.sdk_concurrent(bench.concurrency), sdk_lag)
+        if record:
+            results.sdk_multi_wall.append(sdk_multi)
+            results.sdk_lag.extend(sdk_lag)
+    if record:
+        results.cancel_idle.append(idle)
+        results.cancel_tool.append(tool)
+        results.single_wall.append(single)
+        results.multi_wall.append(multi)
+        results.lag.extend(lag)
+
+
+def _summary(product: Product, results: Results, concurrency: int) -> dict[str, Any]:
+    e2e = {
+        variant: {
+            "answer_s": _stats([s.answer_s for s in samples]),
+            "total_s": _stats([s.total_s for s in samples]),
+            "cpu_s": _stats([s.cpu_s for s in samples]),
+        }
+        for variant, samples in results.e2e.items()
+        if samples
+    }
+    dsh = results.e2e["dsh"]
+    summary: dict[str, Any] = {
+        "e2e": e2e,
+        "teardown_s": _stats([s.close_s for s in dsh if s.close_s is not None]),
+        "cancel_idle": {
+            "settle_s": _stats([c.settle_s for c in results.cancel_idle]),
+            "tree_exit_s": _stats([c.tree_exit_s for c in results.cancel_idle]),
+        },
+        "cancel_tool": {
+            "settle_s": _stats([c.settle_s for c in results.cancel_tool]),
+            "tree_exit_s": _stats([c.tree_exit_s for c in results.cancel_tool]),
+        },
+        "concurrency": {
+            "n": concurrency,
+            "single_wall_s": _stats(results.single_wall),
+            "multi_wall_s": _stats(results.multi_wall),
+        },
+        "loop_lag_s": _lag_stats(results.lag),
+        "sdk_loop_lag_s": _lag_stats(results.sdk_lag),
+        "sdk_multi_wall_s": _stats(results.sdk_multi_wall),
+        "late_tree_exits": [
+            late
+            for late in (
+                *(s.late_exit_s for s in dsh),
+                *(c.late_exit_s for c in (*results.cancel_idle, *results.cancel_tool)),
+            )
+            if late is not None
+        ],
+        "errors": results.errors,
+    }
+    single = summary["concurrency"]["single_wall_s"].get("median")
+    multi = summary["concurrency"]["multi_wall_s"].get("median")
+    summary["concurrency"]["ratio"] = multi / single if single and multi else None
+    peers = [e2e[v]["total_s"]["median"] for v in ("sdk", "cli") if v in e2e]
+    if "dsh" in e2e and peers:
+        summary["e2e_ratio_vs_fastest_peer"] = e2e["dsh"]["total_s"]["median"] / min(peers)
+        for v in ("sdk", "cli"):
+            if v in e2e:
+                summary[f"e2e_ratio_vs_{v}"] = (
+                    e2e["dsh"]["total_s"]["median"] / e2e[v]["total_s"]["median"]
+                )
+    summary["targets"] = _targets(product, summary)
+    return summary
+
+
+def _targets(product: Product, s: dict[str, Any]) -> list[dict[str, Any]]:
+    def check(name: str, value: float | None, limit: float, unit: str) -> dict[str, Any]:
+        status = "n/a" if value is None else ("PASS" if value < limit else "MISS")
+        return {"target": name, "value": value, "limit": limit, "unit": unit, "status": status}
+
+    ratio = s.get("e2e_ratio_vs_fastest_peer")
+    e2e = check("dsh end-to-end / fastest peer (median)", ratio, TARGET_E2E_RATIO, "x")
+    if ratio is not None and ratio <= TARGET_E2E_RATIO:
+        e2e["status"] = "PASS"  # the target is "<=", the others are "<"
+    lag = s["loop_lag_s"].get("p99")
+    return [
+        e2e,
+        check(
+            "aclose() to tree exit, no tool (median)",
+            s["teardown_s"].get("median"),
+            TARGET_TEARDOWN_S,
+            "s",
+        ),
+        check(
+            "cancel to tree exit, tool running (median)",
+            s["cancel_tool"]["tree_exit_s"].get("median"),
+            TARGET_CANCEL_TOOL_S[product],
+            "s",
+        ),
+        check("event-loop lag p99, runs in flight", lag, TARGET_LAG_P99_S, "s"),
+    ]
+
+
+# ---- output --------------------------------------------------------------------------------
+
+
+def _ms(stats: dict[str, Any], key: str = "median") -> str:
+    value = stats.get(key)
+    return "-" if value is None else f"{value * 1000:.0f}"
+
+
+def _print(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(120, shutil.get_terminal_size().columns))
+    meta = report["meta"]
+    console.print(
+        f"dsh benchmarks — {meta['runs']} rounds, {meta['cpus']} CPUs, "
+        f"load {meta['load_before']} → {meta['load_after']}, {meta['date']}"
+    )
+    for product, s in report["products"].items():
+        table = Table(title=f"{product}: median ms unless noted, \\[min-max]")
+        table.add_column("metric")
+        for column in ("dsh", "official SDK", "raw CLI", "dsh / peer"):
+            table.add_column(column, justify="right")
+        e2e = s["e2e"]
+
+        def cell(variant: str, metric: str, e2e: dict[str, Any] = e2e) -> str:
+            if variant not in e2e:
+                return "-"
+            st = e2e[variant][metric]
+            return f"{_ms(st)} [{_ms(st, 'min')}-{_ms(st, 'max')}]"
+
+        def ratio(metric: str, e2e: dict[str, Any] = e2e) -> str:
+            if "dsh" not in e2e:
+                return "-"
+            parts = [
+                f"{e2e['dsh'][metric]['median'] / e2e[v][metric]['median']:.2f}x {label}"
+                for v, label in (("sdk", "SDK"), ("cli", "CLI"))
+                if v in e2e and e2e[v][metric]["median"]
+            ]
+            return ", ".join(parts) or "-"
+
+        for label, metric in (
+            ("end-to-end (answer + exit)", "total_s"),
+            ("time to answer", "answer_s"),
+            ("parent CPU per run", "cpu_s"),
+        ):
+            table.add_row(
+                label, cell("dsh", metric), cell("sdk", metric), cell("cli", metric), ratio(metric)
+            )
+        td = s["teardown_s"]
+        table.add_row("aclose() → tree exit", f"{_ms(td)} [{_ms(td, 'max')} max]", "", "", "")
+        for label, key in (
+            ("cancel → tree exit, idle", "cancel_idle"),
+            ("cancel → tree exit, tool running", "cancel_tool"),
+        ):
+            st = s[key]["tree_exit_s"]
+            settle = _ms(s[key]["settle_s"])
+            table.add_row(
+                label, f"{_ms(st)} [{_ms(st, 'max')} max]", "", "", f"settled in {settle}"
+            )
+        lag, sdk_lag = s["loop_lag_s"], s["sdk_loop_lag_s"]
+        if lag.get("n"):
+            table.add_row(
+                f"loop lag p99, {s['concurrency']['n']} in flight",
+                f"{lag['p99'] * 1000:.1f} [{lag['max'] * 1000:.1f} max]",
+                f"{sdk_lag['p99'] * 1000:.1f} [{sdk_lag['max'] * 1000:.1f} max]"
+                if sdk_lag.get("n")
+                else "",
+                "",
+                f"{lag['n']} ticks",
+            )
+        conc = s["concurrency"]
+        table.add_row(
+            f"wall: {conc['n']} concurrent vs 1",
+            f"{_ms(conc['multi_wall_s'])} vs {_ms(conc['single_wall_s'])}",
+            f"{_ms(s['sdk_multi_wall_s'])} ({conc['n']} at once)"
+            if s["sdk_multi_wall_s"].get("n")
+            else "",
+            "",
+            "-" if conc["ratio"] is None else f"{conc['ratio']:.2f}x",
+        )
+        console.print(table)
+        for t in s["targets"]:
+            value = t["value"]
+            shown = (
+                "-"
+                if value is None
+                else (f"{value:.3f}x" if t["unit"] == "x" else f"{value * 1000:.1f} ms")
+            )
+            limit = f"{t['limit']}x" if t["unit"] == "x" else f"{t['limit'] * 1000:.0f} ms"
+            colour = {"PASS": "green", "MISS": "red"}.get(t["status"], "yellow")
+            console.print(
+                f"  [{colour}]{t['status']}[/{colour}] {product}: {t['target']}: {shown} "
+                f"(target {limit})"
+            )
+        if s["late_tree_exits"]:
+            console.print(f"  [red]trees outlived their close: {s['late_tree_exits']}[/red]")
+        for error in s["errors"]:
+            console.print(f"  [red]error: {error}[/red]")
+
+
+# ---- main ----------------------------------------------------------------------------------
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=10, help="recorded rounds (default 10)")
+    parser.add_argument("--warmup", type=int, default=1, help="unrecorded rounds first")
+    parser.add_argument("--concurrency", type=int, default=8, help="runs in flight (default 8)")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke: 1 round, no warm-up, concurrency 2"
+    )
+    parser.add_argument(
+        "--products", default=",".join(PRODUCTS), help="comma list of codex,claude-code"
+    )
+    parser.add_argument(
+        "--no-peers",
+        action="store_true",
+        help="skip the official SDKs (imports no peer SDK); the raw CLIs still run",
+    )
+    parser.add_argument(
+        "--settle", type=float, default=0.2, help="pause (s) before each measurement"
+    )
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write JSON")
+    parser.add_argument("--no-table", action="store_true", help="write JSON only")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.runs, args.warmup, args.concurrency = 1, 0, 2
+    products = tuple(p for p in args.products.split(",") if p)
+    if not products or any(p not in PRODUCTS for p in products):
+        parser.error(f"--products takes a comma list of {', '.join(PRODUCTS)}")
+    if args.runs < 1 or args.warmup < 0 or args.concurrency < 1:
+        parser.error("--runs and --concurrency must be >= 1, --warmup >= 0")
+    args.products = products
+    return args
+
+
+async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    variants = ("dsh", "cli") if args.no_peers else VARIANTS
+    if not args.no_peers:
+        # Import cost (≈0.7 s for openai_codex) stays out of every timing.
+        await asyncio.to_thread(importlib.import_module, "openai_codex")
+        await asyncio.to_thread(importlib.import_module, "claude_agent_sdk")
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    servers = await ModelServers.start()
+    benches: dict[Product, Bench] = {}
+    results: dict[Product, Results] = {}
+    try:
+        for product in args.products:
+            cls = CodexBench if product == "codex" else ClaudeBench
+            benches[product] = cls(servers, root, args.concurrency, args.settle)
+            results[product] = Results()
+        for round_no in range(args.warmup + args.runs):
+            record = round_no >= args.warmup
+            for product, bench in benches.items():
+                try:
+                    await _round(bench, results[product], round_no, variants, record)
+                except Exception as exc:
+                    results[product].errors.append(f"round {round_no}: {exc!r}"[:300])
+            print(
+                f"round {round_no + 1}/{args.warmup + args.runs}"
+                f"{'' if record else ' (warm-up)'} done",
+                file=sys.stderr,
+                flush=True,
+            )
+    finally:
+        await servers.aclose()
+    leftovers = await asyncio.to_thread(_our_leftovers)
+    children = [p.pid for p in psutil.Process().children(recursive=True) if _alive(p.pid)]
+    return {
+        "meta": {
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "runs": args.runs,
+            "warmup": args.warmup,
+            "concurrency": args.concurrency,
+            "settle_s": args.settle,
+            "variants": list(variants),
+            "cpus": os.cpu_count(),
+            "load_before": load_before,
+            "load_after": [round(x, 2) for x in os.getloadavg()],
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "versions": {
+                dist: _version(dist)
+                for dist in (
+                    "dsh-subagent-codex",
+                    "dsh-subagent-claude-code",
+                    "openai-codex-cli-bin",
+                    "openai-codex",
+                    "claude-agent-sdk",
+                )
+            },
+            "leftover_marked_processes": leftovers,
+            "leftover_children": children,
+        },
+        "products": {
+            product: _summary(product, results[product], args.concurrency)
+            for product in args.products
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    root = Path(tempfile.mkdtemp(prefix="dsh-bench-"))
+    try:
+        report = asyncio.run(_bench(args, root))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    if not args.no_table:
+        _print(report)
+    print(f"JSON written to {args.json}", file=sys.stderr)
+    meta = report["meta"]
+    failed = (
+        meta["leftover_marked_processes"]
+        or meta["leftover_children"]
+        or any(s["errors"] or s["late_tree_exits"] for s in report["products"].values())
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
