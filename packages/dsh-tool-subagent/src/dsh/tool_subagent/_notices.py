@@ -53,11 +53,11 @@ _URL = re.compile(r"<?\b[a-zA-Z][a-zA-Z0-9+.-]*://\S*>?")
 _NOT_DECLARED = "not declared"
 
 # Bundled product executables: distribution -> (product label, top-level package dir).
-# covered=False where the package also ships other tools' executables (rg, bwrap) whose own
-# terms it does not declare, so the line makes no coverage claim there.
-_BUNDLED: dict[str, tuple[str, str, bool]] = {
-    "openai-codex-cli-bin": ("native Codex CLI", "codex_cli_bin/", False),
-    "claude-agent-sdk": ("bundled Claude Code CLI", "claude_agent_sdk/_bundled/", True),
+# The line states what the package declares and never claims that those terms cover the
+# executables: declared terms are reported, never reclassified.
+_BUNDLED: dict[str, tuple[str, str]] = {
+    "openai-codex-cli-bin": ("native Codex CLI", "codex_cli_bin/"),
+    "claude-agent-sdk": ("bundled Claude Code CLI", "claude_agent_sdk/_bundled/"),
 }
 
 
@@ -150,7 +150,7 @@ def _bundled_line(dist: metadata.Distribution, key: str, declared: str) -> str |
     spec = _BUNDLED.get(key)
     if spec is None:
         return None
-    label, prefix, covered = spec
+    label, prefix = spec
     files = sorted(
         Path(str(f)).name
         for f in dist.files or ()
@@ -163,14 +163,9 @@ def _bundled_line(dist: metadata.Distribution, key: str, declared: str) -> str |
         files_note = f"license files in its metadata: {quoted}"
     else:
         files_note = "no license files in its metadata"
-    terms = (
-        f"it is covered by the terms the package declares: {declared}"
-        if covered
-        else f"the terms the package declares: {declared}"
-    )
     return (
         f"{label} (executables shipped: {shipped}): the package declares no separate terms "
-        f"for the executables; {terms}; {files_note}."
+        f"for the executables; the terms the package declares: {declared}; {files_note}."
     )
 
 
