@@ -51,6 +51,7 @@ async def test_quick_benchmark_writes_a_complete_report(tmp_path: Path) -> None:
     assert codex["concurrency"]["n"] == 2
     assert codex["concurrency"]["ratio"] > 0
     assert codex["loop_lag_s"]["n"] > 0
+    assert codex["floor_loop_lag_s"]["n"] > 0
     assert codex["e2e_ratio_vs_fastest_peer"] == pytest.approx(
         codex["e2e"]["dsh"]["total_s"]["median"] / codex["e2e"]["cli"]["total_s"]["median"]
     )

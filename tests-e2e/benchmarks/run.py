@@ -21,18 +21,26 @@ import math
 import os
 import platform
 import shutil
-import statistics
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import psutil
+from bench_report import (
+    PRODUCTS,
+    VARIANTS,
+    CancelSample,
+    Product,
+    Results,
+    Sample,
+    print_report,
+    summarize,
+)
 
 from dsh.subagent import Descriptor, Parent, ResolvedStartRequest, StopReason, TextBlock
 from dsh.subagent_claude_code import ClaudeCodeProvider, ClaudeCodeProviderConfig
@@ -55,13 +63,6 @@ ANSWER = "BENCH-OK"
 TOOL_MARK = "time.sleep(37)"  # in the argv of the tool process model_servers.py asks for
 CODEX_MODEL = "mock-model"
 LAG_INTERVAL_S = 0.005
-Product = Literal["codex", "claude-code"]
-PRODUCTS: tuple[Product, ...] = ("codex", "claude-code")
-VARIANTS = ("dsh", "sdk", "cli")
-TARGET_E2E_RATIO = 1.02
-TARGET_TEARDOWN_S = 0.100
-TARGET_CANCEL_TOOL_S: dict[Product, float] = {"codex": 0.200, "claude-code": 2.0}
-TARGET_LAG_P99_S = 0.020
 
 
 # ---- small helpers -------------------------------------------------------------------------
@@ -151,28 +152,6 @@ async def _verify_gone(tree_id: str, began: float, extra: tuple[int, ...] = ()) 
     return gone_after if not left else math.inf
 
 
-def _stats(values: list[float]) -> dict[str, Any]:
-    if not values:
-        return {"n": 0}
-    ordered = sorted(values)
-    return {
-        "n": len(ordered),
-        "median": statistics.median(ordered),
-        "min": ordered[0],
-        "max": ordered[-1],
-        "p90": _quantile(ordered, 0.90),
-    }
-
-
-def _lag_stats(values: list[float]) -> dict[str, Any]:
-    return {**_stats(values), "p99": _quantile(sorted(values), 0.99)} if values else {"n": 0}
-
-
-def _quantile(ordered: list[float], q: float) -> float:
-    index = max(0, math.ceil(q * len(ordered)) - 1)
-    return ordered[min(index, len(ordered) - 1)]
-
-
 # ---- the model servers ---------------------------------------------------------------------
 
 
@@ -228,36 +207,44 @@ class ModelServers:
         await self.proc.aclose()
 
 
-# ---- samples -------------------------------------------------------------------------------
+class LagProbe:
+    """``lag_probe.py``: an idle sibling process whose loop lag is the machine's floor."""
 
+    def __init__(self, proc: ManagedProcess) -> None:
+        self.proc = proc
 
-@dataclass
-class Sample:
-    answer_s: float  # start -> answer in hand
-    total_s: float  # start -> answer in hand and the product process gone
-    cpu_s: float  # this process's CPU time (all threads) over the run
-    close_s: float | None = None  # dsh only: aclose() -> whole-tree exit
-    late_exit_s: float | None = None  # dsh only: set when the independent check saw leftovers
+    @classmethod
+    async def start(cls) -> LagProbe:
+        spec = SpawnSpec(
+            argv=[sys.executable, "-I", str(HERE / "lag_probe.py")],
+            stdin="pipe",
+            stdout="pipe",
+            stderr="inherit",
+            grace_ms=2000,
+        )
+        proc = await default_runtime().spawn(spec)
+        OUR_TREES.add(proc.tree_id)
+        try:
+            assert proc.stdout is not None
+            async with asyncio.timeout(30):
+                if (await proc.stdout.readline()).strip() != b"ready":
+                    raise RuntimeError("the lag probe did not start")
+            return cls(proc)
+        except BaseException:
+            await proc.aclose()
+            raise
 
-
-@dataclass
-class CancelSample:
-    settle_s: float  # cancel() -> result() returns aborted
-    tree_exit_s: float  # cancel() -> aclose() returns (whole tree gone)
-    late_exit_s: float | None = None
-
-
-@dataclass
-class Results:
-    e2e: dict[str, list[Sample]] = field(default_factory=lambda: {v: [] for v in VARIANTS})
-    cancel_idle: list[CancelSample] = field(default_factory=list)
-    cancel_tool: list[CancelSample] = field(default_factory=list)
-    single_wall: list[float] = field(default_factory=list)
-    multi_wall: list[float] = field(default_factory=list)
-    lag: list[float] = field(default_factory=list)
-    sdk_multi_wall: list[float] = field(default_factory=list)
-    sdk_lag: list[float] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    async def stop(self) -> list[float]:
+        """Stop ticking and return the probe's lag samples."""
+        try:
+            assert self.proc.stdin is not None
+            assert self.proc.stdout is not None
+            self.proc.stdin.close()
+            async with asyncio.timeout(10):
+                line = await self.proc.stdout.readline()
+            return [float(x) for x in json.loads(line)]
+        finally:
+            await self.proc.aclose()
 
 
 async def _timed(body: Callable[[], Awaitable[tuple[str, float]]]) -> Sample:
@@ -576,7 +563,11 @@ async def _round(
     single = await bench.concurrent(1)
     await asyncio.sleep(bench.settle_s)
     lag: list[float] = []
-    multi = await _with_lag(bench.concurrent(bench.concurrency), lag)
+    probe = await LagProbe.start()
+    try:
+        multi = await _with_lag(bench.concurrent(bench.concurrency), lag)
+    finally:
+        floor = await probe.stop()
     sdk_lag: list[float] = []
     if "sdk" in variants:
         await asyncio.sleep(bench.settle_s)
@@ -590,190 +581,7 @@ async def _round(
         results.single_wall.append(single)
         results.multi_wall.append(multi)
         results.lag.extend(lag)
-
-
-def _summary(product: Product, results: Results, concurrency: int) -> dict[str, Any]:
-    e2e = {
-        variant: {
-            "answer_s": _stats([s.answer_s for s in samples]),
-            "total_s": _stats([s.total_s for s in samples]),
-            "cpu_s": _stats([s.cpu_s for s in samples]),
-        }
-        for variant, samples in results.e2e.items()
-        if samples
-    }
-    dsh = results.e2e["dsh"]
-    summary: dict[str, Any] = {
-        "e2e": e2e,
-        "teardown_s": _stats([s.close_s for s in dsh if s.close_s is not None]),
-        "cancel_idle": {
-            "settle_s": _stats([c.settle_s for c in results.cancel_idle]),
-            "tree_exit_s": _stats([c.tree_exit_s for c in results.cancel_idle]),
-        },
-        "cancel_tool": {
-            "settle_s": _stats([c.settle_s for c in results.cancel_tool]),
-            "tree_exit_s": _stats([c.tree_exit_s for c in results.cancel_tool]),
-        },
-        "concurrency": {
-            "n": concurrency,
-            "single_wall_s": _stats(results.single_wall),
-            "multi_wall_s": _stats(results.multi_wall),
-        },
-        "loop_lag_s": _lag_stats(results.lag),
-        "sdk_loop_lag_s": _lag_stats(results.sdk_lag),
-        "sdk_multi_wall_s": _stats(results.sdk_multi_wall),
-        "late_tree_exits": [
-            late
-            for late in (
-                *(s.late_exit_s for s in dsh),
-                *(c.late_exit_s for c in (*results.cancel_idle, *results.cancel_tool)),
-            )
-            if late is not None
-        ],
-        "errors": results.errors,
-    }
-    single = summary["concurrency"]["single_wall_s"].get("median")
-    multi = summary["concurrency"]["multi_wall_s"].get("median")
-    summary["concurrency"]["ratio"] = multi / single if single and multi else None
-    peers = [e2e[v]["total_s"]["median"] for v in ("sdk", "cli") if v in e2e]
-    if "dsh" in e2e and peers:
-        summary["e2e_ratio_vs_fastest_peer"] = e2e["dsh"]["total_s"]["median"] / min(peers)
-        for v in ("sdk", "cli"):
-            if v in e2e:
-                summary[f"e2e_ratio_vs_{v}"] = (
-                    e2e["dsh"]["total_s"]["median"] / e2e[v]["total_s"]["median"]
-                )
-    summary["targets"] = _targets(product, summary)
-    return summary
-
-
-def _targets(product: Product, s: dict[str, Any]) -> list[dict[str, Any]]:
-    def check(name: str, value: float | None, limit: float, unit: str) -> dict[str, Any]:
-        status = "n/a" if value is None else ("PASS" if value < limit else "MISS")
-        return {"target": name, "value": value, "limit": limit, "unit": unit, "status": status}
-
-    ratio = s.get("e2e_ratio_vs_fastest_peer")
-    e2e = check("dsh end-to-end / fastest peer (median)", ratio, TARGET_E2E_RATIO, "x")
-    if ratio is not None and ratio <= TARGET_E2E_RATIO:
-        e2e["status"] = "PASS"  # the target is "<=", the others are "<"
-    lag = s["loop_lag_s"].get("p99")
-    return [
-        e2e,
-        check(
-            "aclose() to tree exit, no tool (median)",
-            s["teardown_s"].get("median"),
-            TARGET_TEARDOWN_S,
-            "s",
-        ),
-        check(
-            "cancel to tree exit, tool running (median)",
-            s["cancel_tool"]["tree_exit_s"].get("median"),
-            TARGET_CANCEL_TOOL_S[product],
-            "s",
-        ),
-        check("event-loop lag p99, runs in flight", lag, TARGET_LAG_P99_S, "s"),
-    ]
-
-
-# ---- output --------------------------------------------------------------------------------
-
-
-def _ms(stats: dict[str, Any], key: str = "median") -> str:
-    value = stats.get(key)
-    return "-" if value is None else f"{value * 1000:.0f}"
-
-
-def _print(report: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console(width=max(120, shutil.get_terminal_size().columns))
-    meta = report["meta"]
-    console.print(
-        f"dsh benchmarks — {meta['runs']} rounds, {meta['cpus']} CPUs, "
-        f"load {meta['load_before']} → {meta['load_after']}, {meta['date']}"
-    )
-    for product, s in report["products"].items():
-        table = Table(title=f"{product}: median ms unless noted, \\[min-max]")
-        table.add_column("metric")
-        for column in ("dsh", "official SDK", "raw CLI", "dsh / peer"):
-            table.add_column(column, justify="right")
-        e2e = s["e2e"]
-
-        def cell(variant: str, metric: str, e2e: dict[str, Any] = e2e) -> str:
-            if variant not in e2e:
-                return "-"
-            st = e2e[variant][metric]
-            return f"{_ms(st)} [{_ms(st, 'min')}-{_ms(st, 'max')}]"
-
-        def ratio(metric: str, e2e: dict[str, Any] = e2e) -> str:
-            if "dsh" not in e2e:
-                return "-"
-            parts = [
-                f"{e2e['dsh'][metric]['median'] / e2e[v][metric]['median']:.2f}x {label}"
-                for v, label in (("sdk", "SDK"), ("cli", "CLI"))
-                if v in e2e and e2e[v][metric]["median"]
-            ]
-            return ", ".join(parts) or "-"
-
-        for label, metric in (
-            ("end-to-end (answer + exit)", "total_s"),
-            ("time to answer", "answer_s"),
-            ("parent CPU per run", "cpu_s"),
-        ):
-            table.add_row(
-                label, cell("dsh", metric), cell("sdk", metric), cell("cli", metric), ratio(metric)
-            )
-        td = s["teardown_s"]
-        table.add_row("aclose() → tree exit", f"{_ms(td)} [{_ms(td, 'max')} max]", "", "", "")
-        for label, key in (
-            ("cancel → tree exit, idle", "cancel_idle"),
-            ("cancel → tree exit, tool running", "cancel_tool"),
-        ):
-            st = s[key]["tree_exit_s"]
-            settle = _ms(s[key]["settle_s"])
-            table.add_row(
-                label, f"{_ms(st)} [{_ms(st, 'max')} max]", "", "", f"settled in {settle}"
-            )
-        lag, sdk_lag = s["loop_lag_s"], s["sdk_loop_lag_s"]
-        if lag.get("n"):
-            table.add_row(
-                f"loop lag p99, {s['concurrency']['n']} in flight",
-                f"{lag['p99'] * 1000:.1f} [{lag['max'] * 1000:.1f} max]",
-                f"{sdk_lag['p99'] * 1000:.1f} [{sdk_lag['max'] * 1000:.1f} max]"
-                if sdk_lag.get("n")
-                else "",
-                "",
-                f"{lag['n']} ticks",
-            )
-        conc = s["concurrency"]
-        table.add_row(
-            f"wall: {conc['n']} concurrent vs 1",
-            f"{_ms(conc['multi_wall_s'])} vs {_ms(conc['single_wall_s'])}",
-            f"{_ms(s['sdk_multi_wall_s'])} ({conc['n']} at once)"
-            if s["sdk_multi_wall_s"].get("n")
-            else "",
-            "",
-            "-" if conc["ratio"] is None else f"{conc['ratio']:.2f}x",
-        )
-        console.print(table)
-        for t in s["targets"]:
-            value = t["value"]
-            shown = (
-                "-"
-                if value is None
-                else (f"{value:.3f}x" if t["unit"] == "x" else f"{value * 1000:.1f} ms")
-            )
-            limit = f"{t['limit']}x" if t["unit"] == "x" else f"{t['limit'] * 1000:.0f} ms"
-            colour = {"PASS": "green", "MISS": "red"}.get(t["status"], "yellow")
-            console.print(
-                f"  [{colour}]{t['status']}[/{colour}] {product}: {t['target']}: {shown} "
-                f"(target {limit})"
-            )
-        if s["late_tree_exits"]:
-            console.print(f"  [red]trees outlived their close: {s['late_tree_exits']}[/red]")
-        for error in s["errors"]:
-            console.print(f"  [red]error: {error}[/red]")
+        results.floor_lag.extend(floor)
 
 
 # ---- main ----------------------------------------------------------------------------------
@@ -878,7 +686,7 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             "leftover_children": children,
         },
         "products": {
-            product: _summary(product, results[product], args.concurrency)
+            product: summarize(product, results[product], args.concurrency)
             for product in args.products
         },
     }
@@ -894,7 +702,7 @@ def main(argv: list[str] | None = None) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
     if not args.no_table:
-        _print(report)
+        print_report(report)
     print(f"JSON written to {args.json}", file=sys.stderr)
     meta = report["meta"]
     failed = (
