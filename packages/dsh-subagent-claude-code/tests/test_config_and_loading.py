@@ -9,8 +9,9 @@ from typing import Any
 import pydantic
 import pytest
 
-from dsh.subagent import ProductFailure, SubagentError, TextBlock, load_provider
+from dsh.subagent import DoctorCheck, ProductFailure, SubagentError, TextBlock, load_provider
 from dsh.subagent_claude_code import ClaudeCodeProvider, ClaudeCodeProviderConfig
+from dsh.subagent_claude_code import _command as command_module
 from dsh.subprocess import default_runtime
 
 
@@ -107,3 +108,20 @@ async def test_request_checks_spawn_nothing(tmp_path: Path, make_request: Any) -
         str(caught.value) == "subagent-claude-code: the one-shot task must contain only text blocks"
     )
     assert default_runtime().live == ()
+
+
+def test_doctor_reports_the_pinned_sdk_and_its_bundled_cli() -> None:
+    assert ClaudeCodeProvider.doctor() == [
+        DoctorCheck("claude-agent-sdk version", "0.2.189", True),
+        DoctorCheck("Claude Code payload", "present and executable", True),
+    ]
+
+
+def test_doctor_reports_a_missing_bundled_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing() -> str:
+        raise command_module.PayloadMissing("the wheel carries no bundled CLI")
+
+    monkeypatch.setattr(command_module, "bundled_cli", missing)
+    assert ClaudeCodeProvider.doctor()[1] == DoctorCheck(
+        "Claude Code payload", "missing or not executable", False
+    )

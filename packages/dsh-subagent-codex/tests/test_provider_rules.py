@@ -11,8 +11,9 @@ from typing import Any
 import pydantic
 import pytest
 
-from dsh.subagent import ProductFailure, load_provider
+from dsh.subagent import DoctorCheck, ProductFailure, load_provider
 from dsh.subagent_codex import CodexProvider, CodexProviderConfig
+from dsh.subagent_codex import _provider as provider_module
 from dsh.subagent_codex.testing import make_start_request
 from dsh.subprocess import ManagedProcess, TeardownError, marked_processes
 
@@ -144,3 +145,30 @@ async def test_double_failure_raises_an_exception_group(
     assert "stage: process" in message or "stage: initialize" in message
     assert "stage: teardown" in message
     assert all(isinstance(e, ProductFailure) for e in info.value.exceptions)
+
+
+def test_doctor_reports_the_pinned_binary_and_its_payload() -> None:
+    assert CodexProvider.doctor() == [
+        DoctorCheck("Codex version", "0.163.0", True),
+        DoctorCheck("Codex payload", "present and executable", True),
+    ]
+
+
+@pytest.mark.parametrize("broken", ["not-executable", "missing", "unlocatable"])
+def test_doctor_reports_a_broken_payload(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broken: str
+) -> None:
+    payload = tmp_path / "codex"
+    if broken == "not-executable":
+        payload.write_text("#!/bin/sh\n")
+        payload.chmod(0o644)
+
+    def locate() -> tuple[str, str | None]:
+        if broken == "unlocatable":
+            raise ImportError("no payload in this wheel")
+        return (str(payload), None)
+
+    monkeypatch.setattr(provider_module, "_locate", locate)
+    rows = CodexProvider.doctor()
+    assert rows[1] == DoctorCheck("Codex payload", "missing or not executable", False)
+    assert str(tmp_path) not in repr(rows)

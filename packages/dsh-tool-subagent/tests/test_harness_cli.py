@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import io
 import json
+import re
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +17,7 @@ import pydantic
 import pytest
 
 from dsh.subagent import (
+    DoctorCheck,
     FailureFacts,
     StopReason,
     SubagentError,
@@ -51,6 +55,8 @@ def fake_load_provider(kind: str, config: Any = None) -> FakeProvider:
         provider = FakeProvider(parsed.provider_name, delay=None)
         BUILT.append(provider)
         return provider
+    if parsed.outcome == "slow":
+        return FakeProvider(parsed.provider_name, delay=1.6)
     if parsed.outcome == "refusal":
         return FakeProvider(parsed.provider_name, result=SubagentResult(StopReason.REFUSAL))
     return FakeProvider(parsed.provider_name, failure=failures.get(parsed.outcome))
@@ -228,11 +234,148 @@ def test_cli_usage_and_profile_check(
     assert "tool[0].provider" in capsys.readouterr().err
 
 
-def test_doctor_runs_and_reports() -> None:
+def _doctor_rows(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> tuple[int, set[tuple[str, ...]]]:
+    """Run ``dsh doctor`` wide enough that no cell wraps; return its code and table rows."""
+    monkeypatch.setenv("COLUMNS", "200")
+    capsys.readouterr()
     rc = main(["doctor"])
-    if not installed_provider_kinds():
-        assert rc == 1  # no provider installed is reported as broken
-    assert rc in (0, 1)
+    out = capsys.readouterr().out
+    rows = {
+        tuple(cell.strip() for cell in text.strip().strip("│").split("│"))
+        for text in out.splitlines()
+        if text.startswith("│")
+    }
+    return rc, rows
+
+
+@dataclass
+class _Entry:
+    """Just what ``dsh doctor`` reads of an entry point (the real ones are the e2e test's)."""
+
+    name: str
+    target: Any
+    dist: None = None
+
+    def load(self) -> Any:
+        if isinstance(self.target, Exception):
+            raise self.target
+        return self.target
+
+
+def _with_entries(monkeypatch: pytest.MonkeyPatch, *entries: _Entry) -> None:
+    def fake(*, group: str) -> list[_Entry]:
+        assert group == "dsh.subagent.providers"
+        return list(entries)
+
+    # dsh doctor reads entry points through the importlib.metadata module, so this reaches it.
+    monkeypatch.setattr(importlib.metadata, "entry_points", fake)
+
+
+class _Healthy:
+    @staticmethod
+    def doctor() -> list[DoctorCheck]:
+        return [DoctorCheck("Fake version", "1.2.3", True), DoctorCheck("Fake payload", "ok", True)]
+
+
+class _Broken:
+    @staticmethod
+    def doctor() -> list[DoctorCheck]:
+        return [DoctorCheck("Fake payload", "missing or not executable", False)]
+
+
+class _Raising:
+    @staticmethod
+    def doctor() -> list[DoctorCheck]:
+        raise RuntimeError("boom")
+
+
+def test_doctor_with_no_provider_installed_fails_naming_the_extra(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _with_entries(monkeypatch)
+    rc, rows = _doctor_rows(capsys, monkeypatch)
+    assert rc == 1
+    assert rows == {("(none)", "providers", 'pip install "dsh-tool-subagent[all]"', "NO")}
+
+
+def test_doctor_prints_each_providers_own_checks(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _with_entries(monkeypatch, _Entry("fake", _Healthy), _Entry("plain", object))
+    rc, rows = _doctor_rows(capsys, monkeypatch)
+    assert rc == 0
+    assert rows == {
+        ("fake", "package", "?", "yes"),
+        ("fake", "Fake version", "1.2.3", "yes"),
+        ("fake", "Fake payload", "ok", "yes"),
+        ("plain", "package", "?", "yes"),
+        ("plain", "checks", "(provider has no doctor hook)", "yes"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("target", "row"),
+    [
+        pytest.param(
+            _Broken, ("Fake payload", "missing or not executable", "NO"), id="failed-check"
+        ),
+        pytest.param(_Raising, ("checks", "doctor hook raised", "NO"), id="raising-hook"),
+        pytest.param(ImportError("gone"), ("import", "failed", "NO"), id="import-error"),
+    ],
+)
+def test_doctor_fails_when_any_provider_is_broken(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    target: Any,
+    row: tuple[str, ...],
+) -> None:
+    _with_entries(monkeypatch, _Entry("fake", _Healthy), _Entry("bad", target))
+    rc, rows = _doctor_rows(capsys, monkeypatch)
+    assert rc == 1
+    assert ("bad", *row) in rows
+    assert ("fake", "Fake payload", "ok", "yes") in rows  # the healthy one is still reported
+
+
+class _Terminal(io.StringIO):
+    """A text stream that says it is a terminal (as stderr is in an interactive shell)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.usefixtures("fake_kind")
+async def test_run_status_line_is_drawn_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TTY_INTERACTIVE", "TTY_COMPATIBLE", "NO_COLOR", "FORCE_COLOR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")  # rich draws nothing on a dumb terminal
+    profile = {
+        "provider": [{"kind": "fake", "config": {"outcome": "slow"}}],
+        "tool": [
+            {"provider": "fake", "tool_name": "subagent_status", "max_depth": "provider-managed"}
+        ],
+    }
+    async with Harness.from_profile(profile) as harness:
+        out, err = io.StringIO(), _Terminal()
+        began = time.monotonic()
+        rc = await run_command(harness, "the task text", stdout=out, stderr=err)
+        took = time.monotonic() - began
+        # stderr not a terminal: no status line at all
+        plain_out, plain_err = io.StringIO(), io.StringIO()
+        plain_rc = await run_command(harness, "the task text", stdout=plain_out, stderr=plain_err)
+    assert rc == 0
+    assert took >= 1.5
+    assert out.getvalue() == "the task text\n"  # stdout carries only the answer
+    drawn = err.getvalue()
+    assert "subagent_status: running (0s)" in drawn
+    elapsed = {int(s) for s in re.findall(r"subagent_status: running \((\d+)s\)", drawn)}
+    assert elapsed & {1, 2, 3}, drawn  # the elapsed time advanced while the run was going
+    assert max(elapsed) <= took + 1
+    assert "the task text" not in drawn
+    assert plain_rc == 0
+    assert plain_out.getvalue() == "the task text\n"
+    assert plain_err.getvalue() == ""
 
 
 def test_ctrl_c_cancels_the_run_closes_it_and_exits_130(tmp_path: Path, fake_kind: None) -> None:

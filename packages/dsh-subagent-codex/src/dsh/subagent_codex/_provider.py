@@ -12,10 +12,13 @@ from typing import Any, Self
 from dsh.subagent import (
     NO_START_CAPABILITIES,
     Capabilities,
+    DoctorCheck,
     FailureFacts,
     ProductFailure,
     ResolvedStartRequest,
     check_one_shot_request,
+    payload_check,
+    version_check,
 )
 from dsh.subagent_codex._config import CodexProviderConfig
 from dsh.subagent_codex._mapping import MODE_FIELDS, OPT_OUT_NOTIFICATIONS, PREFIX, PRODUCT
@@ -78,6 +81,14 @@ class CodexProvider:
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Self:
         return cls(CodexProviderConfig.model_validate(dict(config)))
+
+    @staticmethod
+    def doctor() -> list[DoctorCheck]:
+        """``dsh doctor`` rows: the pinned binary's version and whether its payload is usable."""
+        return [
+            version_check("Codex version", "openai-codex-cli-bin"),
+            payload_check("Codex payload", lambda: _locate()[0]),
+        ]
 
     @property
     def name(self) -> str:

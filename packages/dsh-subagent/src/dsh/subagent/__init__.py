@@ -17,6 +17,7 @@ from dsh.subagent._discovery import (
     installed_provider_kinds,
     load_provider,
 )
+from dsh.subagent._doctor import DoctorCheck, payload_check, version_check
 from dsh.subagent._events import (
     Listener,
     ProviderAdded,
@@ -50,6 +51,7 @@ __all__ = [
     "Capabilities",
     "ContentBlock",
     "Descriptor",
+    "DoctorCheck",
     "FailureFacts",
     "Listener",
     "Parent",
@@ -75,4 +77,6 @@ __all__ = [
     "failure_line",
     "installed_provider_kinds",
     "load_provider",
+    "payload_check",
+    "version_check",
 ]

@@ -6,16 +6,14 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, TextIO
 
 from dsh.jobs import JobStatus
-from dsh.subagent import PROVIDER_ENTRY_POINT_GROUP
+from dsh.tool_subagent._doctor import doctor
 from dsh.tool_subagent._harness import Harness
 from dsh.tool_subagent._tool import Caller, SubagentTool
 from dsh.tool_subagent.errors import ProfileError
@@ -122,98 +120,6 @@ async def _run_main(args: argparse.Namespace) -> int:
         )
 
 
-def _payload_row(name: str, path: Path | None) -> tuple[str, str, bool]:
-    ok = path is not None and path.is_file() and os.access(path, os.X_OK)
-    return (f"{name} payload", "present and executable" if ok else "missing or not executable", ok)
-
-
-def _dist_version(dist: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "not installed"
-
-
-def _codex_doctor() -> list[tuple[str, str, bool]]:
-    pinned = _dist_version("openai-codex-cli-bin")
-    path: Path | None
-    try:
-        import codex_cli_bin
-
-        path = Path(codex_cli_bin.bundled_codex_path())
-    except Exception:
-        path = None
-    return [("Codex version", pinned, pinned != "not installed"), _payload_row("Codex", path)]
-
-
-def _claude_doctor() -> list[tuple[str, str, bool]]:
-    pinned = _dist_version("claude-agent-sdk")
-    path: Path | None
-    try:
-        import claude_agent_sdk
-
-        path = Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
-    except Exception:
-        path = None
-    rows = [("claude-agent-sdk version", pinned, pinned != "not installed")]
-    return [*rows, _payload_row("Claude Code", path)]
-
-
-_FALLBACK_DOCTORS = {"codex": _codex_doctor, "claude-code": _claude_doctor}
-
-
-def _doctor() -> int:
-    from importlib.metadata import PackageNotFoundError, version
-
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    table = Table(title="dsh doctor")
-    for column in ("provider kind", "check", "value", "ok"):
-        table.add_column(column)
-    healthy = True
-    seen: set[str] = set()
-    for entry in entry_points(group=PROVIDER_ENTRY_POINT_GROUP):
-        if entry.name in seen:
-            continue
-        seen.add(entry.name)
-        dist = entry.dist.name if entry.dist is not None else "?"
-        try:
-            dist_version = version(dist)
-        except PackageNotFoundError:
-            dist_version = "?"
-        table.add_row(entry.name, "package", f"{dist} {dist_version}", "yes")
-        try:
-            provider_class = entry.load()
-        except Exception:
-            table.add_row(entry.name, "import", "failed", "NO")
-            healthy = False
-            continue
-        hook = getattr(provider_class, "doctor", None)
-        if not callable(hook):
-            hook = _FALLBACK_DOCTORS.get(entry.name)
-        if hook is None:
-            table.add_row(entry.name, "checks", "(provider has no doctor hook)", "yes")
-            continue
-        try:
-            rows = list(hook())
-        except Exception:
-            table.add_row(entry.name, "checks", "doctor hook raised", "NO")
-            healthy = False
-            continue
-        for check, value, ok in rows:
-            table.add_row(entry.name, str(check), str(value), "yes" if ok else "NO")
-            healthy = healthy and bool(ok)
-    if not seen:
-        table.add_row("(none)", "providers", 'pip install "dsh-tool-subagent[all]"', "NO")
-        healthy = False
-    console.print(table)
-    return EXIT_OK if healthy else EXIT_FAILED
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dsh", description="Delegate tasks to coding-agent products."
@@ -255,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps(harness.describe(), indent=2))
             return EXIT_OK
         if args.command == "doctor":
-            return _doctor()
+            return doctor()
         if args.command == "demo":
             from dsh.tool_subagent import _demo
 
