@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import random
 import tempfile
@@ -21,7 +22,9 @@ from typing import Any
 import pytest
 
 from dsh.subagent import StopReason, SubagentResult
+from dsh.subagent_claude_code import _provider as claude_provider_module
 from dsh.subagent_claude_code.testing import FakeMessagesServer
+from dsh.subagent_codex import _provider as codex_provider_module
 from dsh.subagent_codex.testing import (
     Behaviour,
     Drop,
@@ -33,6 +36,7 @@ from dsh.subagent_codex.testing import (
     Stall,
     write_codex_home,
 )
+from dsh.subprocess import SpawnSpec, SubprocessRuntime
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(280)]
 
@@ -110,19 +114,26 @@ def queue_claude(server: FakeMessagesServer, plan: Plan) -> None:
 @dataclass
 class Observed:
     plan: Plan
+    entered_start: bool = False
     start_cancelled: bool = False
     settled_before_cancel: SubagentResult | None = None
     cancelled: bool = False
     result: SubagentResult | None = None
 
 
-def check(kit: Any, seen: Observed) -> None:
+def check(kit: Any, seen: Observed, spawns: int, arrived: bool) -> None:
     plan = seen.plan
-    where = f"{plan} -> {seen.result!r}"
+    where = f"{plan} -> {seen.result!r} (spawns: {spawns}, model request: {arrived})"
+    if plan.cancel == "before-spawn":
+        # start() was entered and cancelled at its first suspension point, before any spawn.
+        assert seen.entered_start, f"start() was never entered: {where}"
+        assert spawns == 0, f"a process was spawned: {where}"
+        assert not arrived, f"a model request was made: {where}"
     if seen.start_cancelled:
         assert plan.cancel in ("before-spawn", "during-start"), where
         assert seen.result is None, where
         return
+    assert spawns == 1, f"a published run spawned {spawns} processes: {where}"
     assert plan.cancel != "before-spawn", f"start() was not cancelled: {where}"
     result = seen.result
     assert result is not None, where
@@ -154,8 +165,12 @@ async def drive(
     provider: Any, request: Any, plan: Plan, arrived: Callable[[str], bool]
 ) -> Observed:
     seen = Observed(plan)
-    start = asyncio.ensure_future(provider.start(request))
+    starting = provider.start(request)
+    start = asyncio.ensure_future(starting)
     if plan.cancel == "before-spawn":
+        # One loop step: start() runs up to its first suspension point (before the spawn).
+        await asyncio.sleep(0)
+        seen.entered_start = inspect.getcoroutinestate(starting) == inspect.CORO_SUSPENDED
         start.cancel()
     elif plan.cancel == "during-start":
         with contextlib.suppress(TimeoutError):
@@ -206,6 +221,27 @@ async def test_chaos_runs_settle_validly_and_leak_nothing(
     private_tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(private_tmp))
     by_tag = {plan.tag: plan for plan in plans}
+    # Which run spawned: each run has its own cwd, named after its tag.
+    spawned: list[str] = []
+    real_spawn = SubprocessRuntime.spawn
+
+    async def spawn_spy(self: SubprocessRuntime, spec: SpawnSpec) -> Any:
+        spawned.append(Path(spec.cwd or "").name)
+        return await real_spawn(self, spec)
+
+    monkeypatch.setattr(SubprocessRuntime, "spawn", spawn_spy)
+    # In both providers, start() awaits reap_orphans_once() and then spawns with no suspension
+    # point in between; only a process's first call suspends (it scans off the loop), and the
+    # warm-up makes that call. Keep one real suspension point there for every start(), so a
+    # "before-spawn" cancel lands inside start() (entered, suspended), before the spawn.
+    for module in (codex_provider_module, claude_provider_module):
+        real_reap = module.reap_orphans_once
+
+        async def yielding_reap(real_reap: Any = real_reap) -> None:
+            await asyncio.sleep(0)
+            await real_reap()
+
+        monkeypatch.setattr(module, "reap_orphans_once", yielding_reap)
 
     def route(request: RecordedRequest) -> Behaviour | None:
         task = request.task_text or ""
@@ -246,7 +282,9 @@ async def test_chaos_runs_settle_validly_and_leak_nothing(
 
             async def one(plan: Plan) -> Observed:
                 provider = codex if plan.product == "codex" else claude
-                request = kit.request(workspace, f"{plan.tag} do the task", plan.product)
+                cwd = workspace / plan.tag
+                cwd.mkdir()
+                request = kit.request(cwd, f"{plan.tag} do the task", plan.product)
                 async with gate, asyncio.timeout(RUN_LIMIT_S):
                     return await drive(provider, request, plan, arrived)
 
@@ -265,7 +303,7 @@ async def test_chaos_runs_settle_validly_and_leak_nothing(
     failures = []
     for seen in observed:
         try:
-            check(kit, seen)
+            check(kit, seen, spawned.count(seen.plan.tag), arrived(seen.plan.tag))
         except AssertionError as error:
             failures.append(f"{error}")
     assert not failures, f"seed {seed}:\n" + "\n".join(failures)

@@ -16,7 +16,7 @@ import pytest
 from dsh.subagent import StopReason
 from dsh.subagent_claude_code import ClaudeCodeRun
 from dsh.subagent_claude_code.testing import FakeMessagesServer
-from dsh.subprocess import marked_processes
+from dsh.subprocess import SpawnSpec, SubprocessRuntime, marked_processes, reap_orphans_once
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
 
@@ -96,6 +96,54 @@ async def test_dont_ask_denies_write_with_two_line_diagnostic(
         "decision: denied): Claude Code denied the request before an interactive prompt"
     )
     assert server.requests[1].answers_tool
+
+
+async def test_can_use_tool_denies_with_fixed_message_and_fact(
+    server: FakeMessagesServer, make_provider: Any, make_request: Any, workspace: Path
+) -> None:
+    # acceptEdits auto-allows file edits and plain filesystem commands such as ``touch`` in the
+    # workspace (seen by experiment), but a Python one-liner still asks: the CLI sends the
+    # stdio permission prompt, so our ``can_use_tool`` callback answers it.
+    provider = make_provider(permission_mode="acceptEdits")
+    target = workspace / "asked.txt"
+    command = f"python3 -c \"open('{target}', 'w').write('nope')\""
+    server.queue_tool_use("Bash", {"command": command, "description": "write a file"})
+    server.queue_http_error(500, "after the denial")
+    run = await provider.start(make_request("run a command", workspace))
+    result = await run.result()
+    await run.aclose()
+    assert not target.exists()
+    assert result.stop_reason == StopReason.ERROR
+    assert result.output == ()
+    assert result.diagnostic == (
+        "Product subagent failure (product: Claude Code; stage: query-run; category: server; "
+        "HTTP status: 500)\n"
+        "Claude Code unattended decision (mode: acceptEdits; request: tool permission; "
+        "decision: denied): the provider does not request human approval"
+    )
+    assert len(server.requests) == 2
+    first, second = server.requests
+    assert first.task == "run a command"
+    assert second.answers_tool
+    [tool_use] = [
+        block
+        for message in (second.body or {})["messages"]
+        if message.get("role") == "assistant" and isinstance(message.get("content"), list)
+        for block in message["content"]
+        if block.get("type") == "tool_use"
+    ]
+    assert tool_use["name"] == "Bash"
+    [tool_result] = [
+        block
+        for block in (second.body or {})["messages"][-1]["content"]
+        if block.get("type") == "tool_result"
+    ]
+    assert tool_result["tool_use_id"] == tool_use["id"]
+    assert tool_result["is_error"] is True
+    content = tool_result["content"]
+    if isinstance(content, list):  # the CLI may send the text as blocks
+        content = "".join(b.get("text", "") for b in content if isinstance(b, dict))
+    assert content == "This unattended Claude Code subagent cannot request human approval."
 
 
 @pytest.mark.parametrize(
@@ -250,3 +298,44 @@ async def test_cancel_mid_turn_with_bash_tool_running(
     assert settled < 0.1
     assert closed < 2.0, f"whole-tree exit took {closed:.2f}s"
     assert marked_processes(tree_id) == []
+
+
+@pytest.mark.parametrize("steps", [0, 1, 3])
+async def test_cancelled_start_leaves_no_cli_and_makes_no_model_request(
+    server: FakeMessagesServer,
+    make_provider: Any,
+    make_request: Any,
+    workspace: Path,
+    own_marked_processes: Callable[[], list[int]],
+    monkeypatch: pytest.MonkeyPatch,
+    steps: int,
+) -> None:
+    # Once a process has reaped orphans, start() first suspends while it spawns the CLI. It used
+    # to spawn from the SDK's query task instead, where cancelling start() could not stop it: the
+    # CLI then started after the cancel, called the model, and start() raised only after ~2 s.
+    await reap_orphans_once()
+    spawned: list[str] = []
+    real_spawn = SubprocessRuntime.spawn
+
+    async def spawn_spy(self: SubprocessRuntime, spec: SpawnSpec) -> Any:
+        spawned.append(str(spec.cwd))
+        return await real_spawn(self, spec)
+
+    monkeypatch.setattr(SubprocessRuntime, "spawn", spawn_spy)
+    server.queue_stall()
+    start = asyncio.ensure_future(make_provider().start(make_request("never asked", workspace)))
+    for _ in range(steps):
+        await asyncio.sleep(0)
+    began = time.monotonic()
+    start.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await start
+    took = time.monotonic() - began
+    assert own_marked_processes() == []  # whole-tree exit before start() raised
+    if steps == 0:
+        assert spawned == []  # start() never ran: nothing spawned
+    else:
+        assert spawned == [str(workspace)]  # the spawn happened in start()'s own task
+    assert took < 1.5, f"cancelled start() took {took:.2f}s"
+    await asyncio.sleep(1.0)  # a CLI left running would call the model by now (≈0.45 s)
+    assert server.requests == []

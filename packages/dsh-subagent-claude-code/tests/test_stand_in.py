@@ -46,6 +46,36 @@ async def test_elicitation_declined_and_dialog_cancelled(tmp_path: Path, make_re
     )
 
 
+@pytest.mark.parametrize("mode", ["dontAsk", "acceptEdits", "auto", "plan"])
+async def test_elicitation_declined_fact_on_its_own(
+    tmp_path: Path, make_request: Any, mode: str
+) -> None:
+    provider = _provider(tmp_path, "elicitation-only", permission_mode=mode)
+    run = await provider.start(make_request("ab", tmp_path))
+    result = await run.result()
+    await run.aclose()
+    entries = _log(tmp_path)
+    assert entries[0] == {"prompt": "ab"}
+    assert entries[1]["response"]["request_id"] == "e1"
+    assert entries[1]["response"]["response"] == {"action": "decline"}
+    assert len(entries) == 2
+    assert result.stop_reason == StopReason.ERROR
+    assert result.diagnostic == (
+        LINE.format("execution") + f"\nClaude Code unattended decision (mode: {mode}; request: "
+        "MCP elicitation; decision: declined): the provider does not collect interactive MCP input"
+    )
+
+
+async def test_elicitation_fact_is_dropped_on_success(tmp_path: Path, make_request: Any) -> None:
+    run = await _provider(tmp_path, "elicitation-then-success").start(make_request("ab", tmp_path))
+    result = await run.result()
+    await run.aclose()
+    assert _log(tmp_path)[1]["response"]["response"] == {"action": "decline"}
+    assert result.stop_reason == StopReason.COMPLETED
+    assert result.text == "after the elicitation"
+    assert result.diagnostic is None
+
+
 @pytest.mark.parametrize(
     ("scenario", "category"),
     [

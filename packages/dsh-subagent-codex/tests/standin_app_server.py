@@ -16,6 +16,8 @@ from pathlib import Path
 SCENARIO = os.environ.get("STANDIN_SCENARIO", "ok")
 ARG = os.environ.get("STANDIN_ARG", "")
 LOG = os.environ.get("STANDIN_LOG")
+# After an answered server request: "" ends the turn with an answer, "fail" fails it.
+THEN = os.environ.get("STANDIN_THEN", "")
 THREAD = "thread-1"
 TURN = "turn-1"
 
@@ -31,7 +33,10 @@ def raw(text):
 
 
 def read():
-    line = sys.stdin.readline()
+    try:
+        line = sys.stdin.readline()
+    except BlockingIOError:  # terminating and nothing more is pending
+        line = ""
     if not line:
         sys.exit(0)
     return json.loads(line)
@@ -43,25 +48,15 @@ def log(obj):
             f.write(json.dumps(obj) + "\n")
 
 
-def _log_pending_replies_and_exit(signum, frame):
+def _finish_pending_input_then_exit(signum, frame):
     # The provider may answer a server request and tear down at once; under load SIGTERM can land
-    # before this program has read the answer. Log whatever answers already sit in the pipe.
+    # before this program has read (or logged) the answer, and the answer may already sit in
+    # sys.stdin's buffers. So do not exit here: make stdin non-blocking and let the scenario go on
+    # reading (and logging) whatever is pending; read() exits at EOF or once nothing is left.
     os.set_blocking(0, False)
-    try:
-        data = os.read(0, 1 << 20)
-    except OSError:
-        data = b""
-    for line in data.splitlines():
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict) and "id" in obj and "method" not in obj:
-            log(obj)
-    os._exit(0)
 
 
-signal.signal(signal.SIGTERM, _log_pending_replies_and_exit)
+signal.signal(signal.SIGTERM, _finish_pending_input_then_exit)
 
 
 def note(method, params):
@@ -81,6 +76,14 @@ def done(status="completed", error=None, turn=TURN):
         "turn/completed",
         {"threadId": THREAD, "turn": {"id": turn, "items": [], "status": status, "error": error}},
     )
+
+
+def after_request(text):
+    if THEN == "fail":
+        done("failed", {"message": "m", "codexErrorInfo": "internalServerError"})
+    else:
+        item(message(text, "final_answer"))
+        done()
 
 
 def server_request(method, params, rid=0):
@@ -184,13 +187,11 @@ def main():
         if ARG != "absent":
             params["availableDecisions"] = json.loads(ARG)
         server_request("item/commandExecution/requestApproval", params)
-        item(message("after approval", "final_answer"))
-        done()
+        after_request("after approval")
     elif SCENARIO == "fixed_request":
         params = {"threadId": THREAD, "turnId": TURN, "itemId": "c1", "startedAtMs": 1}
         server_request(ARG, params)
-        item(message("after request", "final_answer"))
-        done()
+        after_request("after request")
     elif SCENARIO == "unknown_request":
         server_request(ARG or "item/tool/call", {"threadId": THREAD, "turnId": TURN})
         item(message("should not win", "final_answer"))

@@ -30,9 +30,16 @@ def standin(
     max_line: int = 1 << 20,
     stderr: str = "discard",
     mode: str = "never",
+    then: str = "",
 ) -> tuple[CodexProvider, Path]:
     log = tmp_path / "standin.log"
-    env = {"STANDIN_SCENARIO": scenario, "STANDIN_ARG": arg, "STANDIN_LOG": str(log)}
+    log.unlink(missing_ok=True)
+    env = {
+        "STANDIN_SCENARIO": scenario,
+        "STANDIN_ARG": arg,
+        "STANDIN_LOG": str(log),
+        "STANDIN_THEN": then,
+    }
     config = CodexProviderConfig(
         env=env,
         stderr=stderr,
@@ -57,6 +64,30 @@ def replies(log: Path) -> list[dict[str, Any]]:
 
 def line(stage: str, category: str, extra: str = "") -> str:
     return f"Product subagent failure (product: Codex; stage: {stage}; category: {category}{extra})"
+
+
+#: The failure line the stand-in's ``STANDIN_THEN=fail`` terminal produces.
+FAILED_TURN = line("turn", "internalServerError")
+NO_APPROVAL = "the provider does not grant interactive approval"
+
+
+def unattended(request: str, decision: str, reason: str, mode: str = "never") -> str:
+    """The exact fact line codex.md fixes for an unattended answer."""
+    return (
+        f"Codex unattended decision (mode: {mode}; request: {request}; decision: {decision}): "
+        f"{reason}"
+    )
+
+
+async def answer_then(
+    tmp_path: Path, scenario: str, arg: str, then: str, mode: str = "never"
+) -> tuple[SubagentResult, dict[str, Any]]:
+    """Run one turn where the stand-in sends a server request; return the result and our reply."""
+    provider, log = standin(tmp_path, scenario, arg, then=then, mode=mode)
+    async with await provider.start(make_start_request(tmp_path, "task")) as run:
+        result = await run.result()
+    (reply,) = [r for r in replies(log) if r.get("id") == 0]
+    return result, reply
 
 
 async def test_early_turn_frames_are_buffered_and_replayed(tmp_path: Path) -> None:
@@ -227,6 +258,16 @@ async def test_available_decisions(tmp_path: Path, offered: str, decision: str, 
     (reply,) = [r for r in replies(log) if r.get("id") == 0]
     assert reply["result"] == {"decision": decision}
     assert fact  # the fact is dropped on success; see the failing variant below
+    assert result.diagnostic is None
+    assert result.text == "after approval"
+    # The same request followed by a failed turn: the fact is the diagnostic's second line.
+    failed, reply = await answer_then(tmp_path, "approval", offered, "fail")
+    assert reply["result"] == {"decision": decision}
+    assert failed.stop_reason is StopReason.ERROR
+    assert failed.output == ()
+    assert failed.diagnostic == (
+        FAILED_TURN + "\n" + unattended("command approval", fact, NO_APPROVAL)
+    )
 
 
 @pytest.mark.parametrize("offered", ['["accept"]', "[]", '"cancel"'])
@@ -241,20 +282,63 @@ async def test_other_decision_lists_get_an_error_and_fail(tmp_path: Path, offere
 
 
 @pytest.mark.parametrize(
-    ("method", "answer"),
+    ("method", "answer", "fact"),
     [
-        ("item/permissions/requestApproval", {"permissions": {}, "scope": "turn"}),
-        ("item/tool/requestUserInput", {"answers": {}}),
-        ("mcpServer/elicitation/request", {"action": "decline", "content": None, "_meta": None}),
-        ("item/fileChange/requestApproval", {"decision": "decline"}),
+        (
+            "item/permissions/requestApproval",
+            {"permissions": {}, "scope": "turn"},
+            unattended(
+                "permission grant", "denied", "the provider grants no additional turn permissions"
+            ),
+        ),
+        (
+            "item/tool/requestUserInput",
+            {"answers": {}},
+            unattended(
+                "user input", "empty response", "the provider does not collect interactive answers"
+            ),
+        ),
+        (
+            "mcpServer/elicitation/request",
+            {"action": "decline", "content": None, "_meta": None},
+            unattended(
+                "MCP elicitation", "declined", "the provider does not collect interactive MCP input"
+            ),
+        ),
+        (
+            "item/fileChange/requestApproval",
+            {"decision": "decline"},
+            unattended("file approval", "declined", NO_APPROVAL),
+        ),
+        (
+            "item/commandExecution/requestApproval",
+            {"decision": "decline"},
+            unattended("command approval", "declined", NO_APPROVAL),
+        ),
     ],
 )
-async def test_fixed_answers(tmp_path: Path, method: str, answer: dict[str, Any]) -> None:
+async def test_fixed_answers(
+    tmp_path: Path, method: str, answer: dict[str, Any], fact: str
+) -> None:
     provider, log = standin(tmp_path, "fixed_request", method)
     async with await provider.start(make_start_request(tmp_path, "task")) as run:
-        assert (await run.result()).text == "after request"
+        result = await run.result()
+        assert result.text == "after request"
     (reply,) = [r for r in replies(log) if r.get("id") == 0]
     assert reply["result"] == answer
+    # Success drops the fact.
+    assert result.stop_reason is StopReason.COMPLETED
+    assert result.diagnostic is None
+    # A failed turn after the same request: exactly the failure line, then the fact line.
+    failed, reply = await answer_then(tmp_path, "fixed_request", method, "fail")
+    assert reply["result"] == answer
+    assert failed.stop_reason is StopReason.ERROR
+    assert failed.diagnostic == FAILED_TURN + "\n" + fact
+    # The mode is named in the fact as configured.
+    failed, _ = await answer_then(tmp_path, "fixed_request", method, "fail", mode="approve-for-me")
+    assert failed.diagnostic == FAILED_TURN + "\n" + fact.replace(
+        "mode: never", "mode: approve-for-me"
+    )
 
 
 @pytest.mark.parametrize("method", ["item/tool/call", "account/chatgptAuthTokens/refresh"])
@@ -292,7 +376,15 @@ async def test_latest_fact_follows_the_failure_line(tmp_path: Path) -> None:
 async def test_cancelling_the_approval_under_failure_keeps_the_fact(tmp_path: Path) -> None:
     provider, _ = standin(tmp_path, "approval", '["cancel"]')
     async with await provider.start(make_start_request(tmp_path, "task")) as run:
-        assert (await run.result()).stop_reason is StopReason.COMPLETED
+        result = await run.result()
+        assert result.stop_reason is StopReason.COMPLETED
+    assert result.diagnostic is None  # success drops the fact
+    failed, reply = await answer_then(tmp_path, "approval", '["cancel"]', "fail")
+    assert reply["result"] == {"decision": "cancel"}
+    assert failed.stop_reason is StopReason.ERROR
+    assert failed.diagnostic == (
+        FAILED_TURN + "\n" + unattended("command approval", "cancelled", NO_APPROVAL)
+    )
 
 
 async def test_exit_mid_turn_reports_process_exit(

@@ -55,7 +55,24 @@ prompt = receive()
 log({"prompt": prompt["message"]["content"]})
 send({"type": "system", "subtype": "init", "session_id": "s"})
 scenario = os.environ["STANDIN_SCENARIO"]
-if scenario == "elicitation-dialog":
+if scenario in ("elicitation-only", "elicitation-then-success"):
+    send(
+        {
+            "type": "control_request",
+            "request_id": "e1",
+            "request": {
+                "subtype": "elicitation",
+                "mcp_server_name": "srv",
+                "message": "your name?",
+            },
+        }
+    )
+    log(receive())
+    if scenario == "elicitation-only":
+        result("error_during_execution", True, None)
+        sys.exit(1)
+    result(text="after the elicitation")
+elif scenario == "elicitation-dialog":
     send(
         {
             "type": "control_request",

@@ -11,11 +11,15 @@ from typing import Any, Self
 from dsh.subagent import (
     NO_START_CAPABILITIES,
     Capabilities,
+    DoctorCheck,
     FailureFacts,
     ProductFailure,
     ResolvedStartRequest,
     check_one_shot_request,
+    payload_check,
+    version_check,
 )
+from dsh.subagent_claude_code import _command
 from dsh.subagent_claude_code._command import (
     PayloadMissing,
     bundled_cli,
@@ -61,6 +65,14 @@ class ClaudeCodeProvider:
         """Build from a plain mapping (entry-point loading), validated by the pydantic config."""
         return cls(ClaudeCodeProviderConfig.model_validate(dict(config)))
 
+    @staticmethod
+    def doctor() -> list[DoctorCheck]:
+        """``dsh doctor`` rows: the pinned SDK's version and whether its bundled CLI is usable."""
+        return [
+            version_check("claude-agent-sdk version", "claude-agent-sdk"),
+            payload_check("Claude Code payload", lambda: _command.bundled_cli()),
+        ]
+
     @property
     def name(self) -> str:
         return self.config.provider_name
@@ -86,6 +98,7 @@ class ClaudeCodeProvider:
         )
         run = ClaudeCodeRun(self.config, spec, self._runtime or default_runtime(), tmp_dir)
         try:
+            await run.spawn()
             run.begin(prompt)
             await run.wait_ready()
         except BaseException as error:

@@ -136,6 +136,15 @@ class ClaudeCodeRun:
 
     # ---- startup (driven by the provider) -------------------------------------------------
 
+    async def spawn(self) -> None:
+        """Spawn the CLI in the task running ``start()``.
+
+        The SDK's ``query()`` would connect the transport from the consuming task, where a
+        cancellation of ``start()`` cannot stop it: the CLI would start (and call the model) after
+        the cancel. Connected here, ``query()``'s own ``connect()`` finds the process and returns.
+        """
+        await self._transport.connect()
+
     def begin(self, prompt: str) -> None:
         can_use_tool = None if self._mode == "bypassPermissions" else self._can_use_tool
         options = ClaudeAgentOptions(can_use_tool=can_use_tool)
