@@ -9,13 +9,12 @@ on the loopback model servers by a token in their task text.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import psutil
-
-from dsh.subprocess import TREE_MARKER_ENV, marked_processes
+from dsh.subprocess import marked_processes
 from dsh.tool_subagent._harness import Harness
 from dsh.tool_subagent._tool import Caller
 
@@ -52,25 +51,11 @@ CLAUDE_FAILURE = (
 def owned_marked_processes(owner_pid: int | None = None) -> list[int]:
     """Pids carrying a dsh tree marker that names this process (or ``owner_pid``) as owner.
 
-    A marker is ``<owner pid>:<owner start time>:<uuid>``, so processes of other dsh programs
-    running at the same time (another demo, a test suite) are not counted. For this process the
-    start time must match too; ``owner_pid`` (which may have exited) is matched by pid alone.
-    This scans the process table (blocking briefly).
+    A marker starts with its owner's pid, so processes of other dsh programs running at the same
+    time (another demo, a test suite) are not counted. This scans the process table (blocking
+    briefly).
     """
-    if owner_pid is None:
-        me = psutil.Process()
-        prefix = f"{me.pid}:{me.create_time():.3f}:"
-    else:
-        prefix = f"{owner_pid}:"
-    owned = []
-    for pid in marked_processes():
-        try:
-            marker = psutil.Process(pid).environ().get(TREE_MARKER_ENV, "")
-        except psutil.Error:
-            continue  # it exited (or is not ours to read) since the scan
-        if marker.startswith(prefix):
-            owned.append(pid)
-    return owned
+    return marked_processes(owner_pid=os.getpid() if owner_pid is None else owner_pid)
 
 
 @dataclass
