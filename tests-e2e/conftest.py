@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from dsh.subprocess import marked_processes
+from dsh.subprocess.testing import describe_processes
 
 _TEMP_PATTERNS = ("dsh-claude-*", "dsh-codex-*", "claude-*")
 _SETTLE_S = 3.0
@@ -42,5 +43,7 @@ def leak_guard() -> Iterator[None]:
     yield
     leaked = sorted(set(_wait_for_no_marked_processes()) - already)
     new_homes = sorted(str(p.name) for p in _temp_homes() - before)
-    assert not leaked, f"processes carrying a dsh tree marker outlived the module: {leaked}"
+    assert not leaked, (
+        f"processes carrying a dsh tree marker outlived the module: {describe_processes(leaked)}"
+    )
     assert not new_homes, f"temporary homes outlived the module: {new_homes}"

@@ -37,6 +37,7 @@ from dsh.subagent_codex.testing import (
     write_codex_home,
 )
 from dsh.subprocess import SpawnSpec, SubprocessRuntime
+from dsh.subprocess.testing import describe_processes
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(280)]
 
@@ -309,7 +310,8 @@ async def test_chaos_runs_settle_validly_and_leak_nothing(
     assert not failures, f"seed {seed}:\n" + "\n".join(failures)
     assert len(observed) >= 50
     assert {s.plan.product for s in observed} == {"codex", "claude-code"}
-    assert await asyncio.to_thread(kit.own_marked) == [], f"seed {seed}: processes leaked"
+    leaked = await asyncio.to_thread(kit.own_marked)
+    assert leaked == [], f"seed {seed}: processes leaked: {describe_processes(leaked)}"
     fds_after = await asyncio.to_thread(kit.settle_fds, fds_before, FD_TOLERANCE)
     assert fds_after <= fds_before + FD_TOLERANCE, f"seed {seed}: fds {fds_before}->{fds_after}"
     assert list(private_tmp.iterdir()) == [], f"seed {seed}: temporary directories leaked"

@@ -14,6 +14,7 @@ from dsh.subagent import Descriptor, Parent, ResolvedStartRequest, TextBlock
 from dsh.subagent_claude_code import ClaudeCodeProvider, ClaudeCodeProviderConfig
 from dsh.subagent_claude_code.testing import FakeMessagesServer, hermetic_env
 from dsh.subprocess import marked_processes
+from dsh.subprocess.testing import describe_processes
 
 MakeProvider = Callable[..., ClaudeCodeProvider]
 
@@ -86,7 +87,10 @@ def no_leaks() -> Iterator[None]:
     """Every test leaves zero marked processes and no new /tmp/claude-* or private tmp dirs."""
     before = tmp_leftovers()
     yield
-    assert own_marked() == [], "a process carrying a dsh tree marker outlived its test"
+    leaked = own_marked()
+    assert leaked == [], (
+        f"a process carrying a dsh tree marker outlived its test: {describe_processes(leaked)}"
+    )
     assert tmp_leftovers() - before == set(), "a test left /tmp/claude-* or dsh-claude-* behind"
 
 

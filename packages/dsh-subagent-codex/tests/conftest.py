@@ -14,6 +14,7 @@ from dsh.subagent import Descriptor, Parent, ResolvedStartRequest, TextBlock
 from dsh.subagent_codex import CodexProvider, CodexProviderConfig
 from dsh.subagent_codex.testing import FakeResponsesServer, hermetic_env, write_codex_home
 from dsh.subprocess import marked_processes
+from dsh.subprocess.testing import describe_processes
 
 MODEL = "mock-model"
 
@@ -66,7 +67,7 @@ def _no_leaked_trees() -> object:
     yield None
     # Only this process's trees: other suites may run on the same machine at the same time.
     leaked = marked_processes(owner_pid=os.getpid())
-    assert leaked == [], "a dsh-marked process outlived its test"
+    assert leaked == [], f"a dsh-marked process outlived its test: {describe_processes(leaked)}"
 
 
 @pytest.fixture

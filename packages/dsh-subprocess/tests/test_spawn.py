@@ -5,7 +5,15 @@ from pathlib import Path
 
 import pytest
 
-from dsh.subprocess import MAX_GRACE_MS, Collect, SpawnError, SpawnSpec, SubprocessRuntime
+from dsh.subprocess import (
+    MAX_GRACE_MS,
+    Collect,
+    SpawnError,
+    SpawnSpec,
+    SubprocessRuntime,
+    default_runtime,
+)
+from dsh.subprocess.testing import describe_processes
 
 ARGV_MSG = "invalid argv: expected a non-empty program name at argv[0]"
 GRACE_MSG = "grace_ms must be a positive finite number no greater than 2147483647"
@@ -100,3 +108,17 @@ async def test_marked_processes_filters_by_tree_and_owner(runtime: SubprocessRun
     finally:
         await proc.aclose()
     assert marked_processes(proc.tree_id) == []
+
+
+async def test_describe_processes_names_what_leaked() -> None:
+    proc = await default_runtime().spawn(
+        SpawnSpec(argv=[sys.executable, "-c", "import time; time.sleep(30)"], stdin="ignore")
+    )
+    try:
+        [line] = describe_processes([proc.pid])
+        assert line.startswith(f"{proc.pid} ")
+        assert f"marker={proc.tree_id} " in line
+        assert "time.sleep(30)" in line
+    finally:
+        await proc.aclose()
+    assert describe_processes([proc.pid]) == [f"{proc.pid} (gone)"]
