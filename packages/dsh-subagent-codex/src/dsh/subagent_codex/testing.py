@@ -99,9 +99,16 @@ def write_codex_home(
 def hermetic_env(
     home: str | Path, *, api_key: str | None = FAKE_API_KEY, key_env: str = FAKE_KEY_ENV
 ) -> dict[str, str]:
-    """The env overlay (``CodexProviderConfig.env``) for a home written by ``write_codex_home``."""
+    """The env overlay (``CodexProviderConfig.env``) for a home written by ``write_codex_home``.
+
+    ``HOME`` points at the same temporary home: before its first command Codex snapshots the
+    user's login shell (``bash -lc`` sourcing ``$HOME/.bashrc``), and a keyless run must not run
+    the host user's shell start-up files (a host ``.bashrc`` with ``pyenv init`` made every
+    command turn wait on pyenv's rehash lock, for up to 60 s when a lock was left behind).
+    """
     env: dict[str, str] = {
         "CODEX_HOME": str(Path(home)),
+        "HOME": str(Path(home)),
         "CODEX_APP_SERVER_DISABLE_MANAGED_CONFIG": "1",
         "RUST_LOG": "error",
     }
