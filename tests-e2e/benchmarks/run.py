@@ -155,6 +155,26 @@ async def _verify_gone(tree_id: str, began: float, extra: tuple[int, ...] = ()) 
 # ---- the model servers ---------------------------------------------------------------------
 
 
+async def _start_helper(script: str) -> tuple[ManagedProcess, bytes]:
+    """Spawn a helper program next to this script; return it with its first stdout line."""
+    spec = SpawnSpec(
+        argv=[sys.executable, "-I", str(HERE / script)],
+        stdin="pipe",
+        stdout="pipe",
+        stderr="inherit",
+        grace_ms=2000,
+    )
+    proc = await default_runtime().spawn(spec)
+    OUR_TREES.add(proc.tree_id)
+    try:
+        assert proc.stdout is not None
+        async with asyncio.timeout(30):
+            return proc, await proc.stdout.readline()
+    except BaseException:
+        await proc.aclose()
+        raise
+
+
 class ModelServers:
     """``model_servers.py`` as a child process, with its one-line control protocol."""
 
@@ -166,23 +186,8 @@ class ModelServers:
 
     @classmethod
     async def start(cls) -> ModelServers:
-        spec = SpawnSpec(
-            argv=[sys.executable, str(HERE / "model_servers.py")],
-            stdin="pipe",
-            stdout="pipe",
-            stderr="inherit",
-            grace_ms=2000,
-        )
-        proc = await default_runtime().spawn(spec)
-        OUR_TREES.add(proc.tree_id)
-        try:
-            assert proc.stdout is not None
-            async with asyncio.timeout(30):
-                line = await proc.stdout.readline()
-            return cls(proc, json.loads(line))
-        except BaseException:
-            await proc.aclose()
-            raise
+        proc, line = await _start_helper("model_servers.py")
+        return cls(proc, json.loads(line))
 
     async def command(self, line: str, timeout: float = 10.0) -> str:  # noqa: ASYNC109
         async with self._lock:
@@ -215,24 +220,11 @@ class LagProbe:
 
     @classmethod
     async def start(cls) -> LagProbe:
-        spec = SpawnSpec(
-            argv=[sys.executable, "-I", str(HERE / "lag_probe.py")],
-            stdin="pipe",
-            stdout="pipe",
-            stderr="inherit",
-            grace_ms=2000,
-        )
-        proc = await default_runtime().spawn(spec)
-        OUR_TREES.add(proc.tree_id)
-        try:
-            assert proc.stdout is not None
-            async with asyncio.timeout(30):
-                if (await proc.stdout.readline()).strip() != b"ready":
-                    raise RuntimeError("the lag probe did not start")
-            return cls(proc)
-        except BaseException:
+        proc, line = await _start_helper("lag_probe.py")
+        if line.strip() != b"ready":
             await proc.aclose()
-            raise
+            raise RuntimeError("the lag probe did not start")
+        return cls(proc)
 
     async def stop(self) -> list[float]:
         """Stop ticking and return the probe's lag samples."""
