@@ -3,6 +3,12 @@
 The tree of a spawn is the union of its process group and session, every descendant ever
 observed (keyed by pid and start token, so a reused pid never counts), and every process of this
 user whose environment carries the spawn's marker. "Gone" means no non-zombie member remains.
+
+The groups and sessions that members lead or join are watched too, until one is seen empty (its
+id may then be reused, so it is never watched again). That closes a race the marker alone leaves
+open: a member forks a child and dies, the child is reparented before any snapshot showed it as a
+descendant, and its environment cannot be read while it is in the middle of ``exec`` (seen with a
+product's login-shell snapshot polling a lock with ``sleep 0.1``). Its group still names it.
 """
 
 from __future__ import annotations
@@ -30,7 +36,10 @@ class Tree:
         if root is not None:
             self._known[root.pid] = root.start
             self._alive[root.pid] = root
-        self._group_gone = False
+        self._groups: set[int] = {pgid}
+        """Group or session ids of the tree still watched (the spawn's own first)."""
+        self._dropped: set[int] = set()
+        """Ids seen empty once: never watched again (they may be reused)."""
         self._termed: set[_Key] = set()
         self._killed: set[_Key] = set()
         self.gone = False
@@ -45,22 +54,36 @@ class Tree:
                 del self._known[pid]
             else:
                 members[pid] = info
-        if not self._group_gone:
-            group = snap.groups.get(self.pgid, ())
-            if not group:
-                # The id is free now and could be reused by an unrelated group: never use it again.
-                self._group_gone = True
-            for pid in group:
-                members[pid] = procs[pid]
         for pid, marker in snap.markers.items():
             if marker == self.marker:
                 members[pid] = procs[pid]
-        stack = list(members)
-        while stack:
-            for child in snap.children.get(stack.pop(), ()):
-                if child not in members:
-                    members[child] = procs[child]
-                    stack.append(child)
+        watched: set[int] = set()
+        while True:
+            for group_id in self._groups - watched:
+                watched.add(group_id)
+                group = snap.groups.get(group_id, ())
+                if not group:
+                    # The id is free now and could be reused by an unrelated group: never again.
+                    self._dropped.add(group_id)
+                for pid in group:
+                    members[pid] = procs[pid]
+            self._groups -= self._dropped
+            stack = list(members)
+            while stack:
+                for child in snap.children.get(stack.pop(), ()):
+                    if child not in members:
+                        members[child] = procs[child]
+                        stack.append(child)
+            found = {
+                group_id
+                for info in members.values()
+                if not is_own(info)
+                for group_id in (info.pgrp, info.sid)
+                if group_id > 1 and group_id not in self._dropped
+            }
+            if found <= self._groups:
+                break
+            self._groups |= found
         for pid, info in members.items():
             self._known[pid] = info.start
         return {pid: info for pid, info in members.items() if not info.zombie and not is_own(info)}
@@ -100,7 +123,7 @@ class Tree:
         with self._lock:
             alive = self._observe(snap)
             if alive:
-                if not self._group_gone:
+                if self.pgid in self._groups:
                     killpg(self.pgid, signal.SIGKILL)
                 self._signal(alive, signal.SIGKILL, self._killed)
             return self.gone
@@ -113,7 +136,7 @@ class Tree:
                 pid: info for pid, info in alive.items() if (pid, info.start) not in self._killed
             }
             if fresh:
-                if not self._group_gone:
+                if self.pgid in self._groups:
                     killpg(self.pgid, signal.SIGKILL)
                 self._signal(fresh, signal.SIGKILL, self._killed)
             return bool(fresh)

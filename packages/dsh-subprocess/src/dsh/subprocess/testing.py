@@ -27,7 +27,7 @@ def describe_processes(pids: list[int]) -> list[str]:
                 marker = proc.environ().get(TREE_MARKER_ENV, "?")
                 lines.append(
                     f"{pid} {proc.name()} [{proc.status()}] ppid={proc.ppid()} "
-                    f"pgid={os.getpgid(pid)} marker={marker} cmd={command}"
+                    f"pgid={os.getpgid(pid)} sid={os.getsid(pid)} marker={marker} cmd={command}"
                 )
         except (psutil.Error, OSError):
             lines.append(f"{pid} (gone)")
