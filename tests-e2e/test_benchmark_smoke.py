@@ -52,9 +52,11 @@ async def test_quick_benchmark_writes_a_complete_report(tmp_path: Path) -> None:
     assert codex["concurrency"]["ratio"] > 0
     assert codex["loop_lag_s"]["n"] > 0
     assert codex["floor_loop_lag_s"]["n"] > 0
-    assert codex["e2e_ratio_vs_fastest_peer"] == pytest.approx(
-        codex["e2e"]["dsh"]["total_s"]["median"] / codex["e2e"]["cli"]["total_s"]["median"]
-    )
+    ratio = codex["e2e"]["dsh"]["total_s"]["median"] / codex["e2e"]["cli"]["total_s"]["median"]
+    assert codex["e2e_fastest_peer"] == "cli"
+    assert codex["e2e_ratio_vs_fastest_peer"] == pytest.approx(ratio)
+    assert codex["e2e_paired_ratio_vs_fastest_peer"] == pytest.approx(ratio)  # one trio
+    assert report["meta"]["e2e_per_round"] == 1
     statuses = {t["target"]: t["status"] for t in codex["targets"]}
     assert len(statuses) == 4
     assert set(statuses.values()) <= {"PASS", "MISS"}

@@ -4,9 +4,11 @@ Run: ``uv run python tests-e2e/benchmarks/run.py [--runs N] [--quick]``.
 
 Everything runs in this one process against the same loopback model servers (a separate process,
 ``model_servers.py``, so their CPU and event-loop work never count against the parent). Each
-round runs every variant once, in an order rotated per round (A/B/C, B/C/A, C/A/B, ...), so slow
-drift of the shared machine spreads evenly. Figures are medians over ``--runs`` rounds; a
-warm-up round (reused homes, imports, first-run caches) is not recorded. See docs/performance.md.
+round runs ``--e2e-per-round`` end-to-end trios (every variant once, back to back, in an order
+rotated per trio: A/B/C, B/C/A, C/A/B, ...), then the cancel, concurrency and loop-lag phases.
+Figures are medians over all recorded samples; the end-to-end target also uses the median of
+per-trio ratios, which cancels the machine's slow drift. A warm-up round (reused homes, imports,
+first-run caches) is not recorded. See docs/performance.md.
 """
 
 from __future__ import annotations
@@ -259,11 +261,17 @@ class Bench:
     product: Product
 
     def __init__(
-        self, servers: ModelServers, root: Path, concurrency: int, settle_s: float = 0.0
+        self,
+        servers: ModelServers,
+        root: Path,
+        concurrency: int,
+        settle_s: float = 0.0,
+        e2e_per_round: int = 1,
     ) -> None:
         self.servers = servers
         self.root = root
         self.concurrency = concurrency
+        self.e2e_per_round = e2e_per_round
         self.settle_s = (
             settle_s  # a pause before each measurement, so one's exit can't slow the next
         )
@@ -542,11 +550,16 @@ async def _round(
         "sdk": bench.sdk_sample,
         "cli": bench.cli_once,
     }
-    for variant in order:
-        await asyncio.sleep(bench.settle_s)
-        sample = await runners[variant]()
+    for repeat in range(bench.e2e_per_round):
+        # One trio: every variant back to back, so a trio's ratios see the same machine. It is
+        # recorded whole or not at all, which keeps the variants' sample lists paired.
+        trio: dict[str, Sample] = {}
+        for variant in order[repeat % len(order) :] + order[: repeat % len(order)]:
+            await asyncio.sleep(bench.settle_s)
+            trio[variant] = await runners[variant]()
         if record:
-            results.e2e[variant].append(sample)
+            for variant, sample in trio.items():
+                results.e2e[variant].append(sample)
     await asyncio.sleep(bench.settle_s)
     idle = await bench.cancel_once(tool=False)
     await asyncio.sleep(bench.settle_s)
@@ -560,13 +573,18 @@ async def _round(
         multi = await _with_lag(bench.concurrent(bench.concurrency), lag)
     finally:
         floor = await probe.stop()
-    sdk_lag: list[float] = []
     if "sdk" in variants:
         await asyncio.sleep(bench.settle_s)
-        sdk_multi = await _with_lag(bench.sdk_concurrent(bench.concurrency), sdk_lag)
+        sdk_lag: list[float] = []
+        probe = await LagProbe.start()  # the same sibling, so both phases carry its cost
+        try:
+            sdk_multi = await _with_lag(bench.sdk_concurrent(bench.concurrency), sdk_lag)
+        finally:
+            sdk_floor = await probe.stop()
         if record:
             results.sdk_multi_wall.append(sdk_multi)
             results.sdk_lag.extend(sdk_lag)
+            results.sdk_floor_lag.extend(sdk_floor)
     if record:
         results.cancel_idle.append(idle)
         results.cancel_tool.append(tool)
@@ -592,6 +610,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=1, help="unrecorded rounds first")
     parser.add_argument("--concurrency", type=int, default=8, help="runs in flight (default 8)")
     parser.add_argument(
+        "--e2e-per-round",
+        type=int,
+        default=3,
+        help="end-to-end trios (every variant once) per round (default 3)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="smoke: 1 round, no warm-up, concurrency 2"
     )
     parser.add_argument(
@@ -609,12 +633,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-table", action="store_true", help="write JSON only")
     args = parser.parse_args(argv)
     if args.quick:
-        args.runs, args.warmup, args.concurrency = 1, 0, 2
+        args.runs, args.warmup, args.concurrency, args.e2e_per_round = 1, 0, 2, 1
     products = tuple(p for p in args.products.split(",") if p)
     if not products or any(p not in PRODUCTS for p in products):
         parser.error(f"--products takes a comma list of {', '.join(PRODUCTS)}")
-    if args.runs < 1 or args.warmup < 0 or args.concurrency < 1:
-        parser.error("--runs and --concurrency must be >= 1, --warmup >= 0")
+    if args.runs < 1 or args.warmup < 0 or args.concurrency < 1 or args.e2e_per_round < 1:
+        parser.error("--runs, --concurrency and --e2e-per-round must be >= 1, --warmup >= 0")
     args.products = products
     return args
 
@@ -632,7 +656,7 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     try:
         for product in args.products:
             cls = CodexBench if product == "codex" else ClaudeBench
-            benches[product] = cls(servers, root, args.concurrency, args.settle)
+            benches[product] = cls(servers, root, args.concurrency, args.settle, args.e2e_per_round)
             results[product] = Results()
         for round_no in range(args.warmup + args.runs):
             record = round_no >= args.warmup
@@ -657,6 +681,7 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             "runs": args.runs,
             "warmup": args.warmup,
             "concurrency": args.concurrency,
+            "e2e_per_round": args.e2e_per_round,
             "settle_s": args.settle,
             "variants": list(variants),
             "cpus": os.cpu_count(),

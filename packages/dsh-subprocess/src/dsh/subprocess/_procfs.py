@@ -235,12 +235,17 @@ def _list_procs() -> dict[int, ProcInfo]:
 
 
 def scan(max_age: float = 0.0) -> Snapshot:
-    """A snapshot no older than ``max_age`` seconds (shared between callers)."""
+    """A snapshot begun at most ``max_age`` seconds before this call (shared between callers).
+
+    Concurrent callers coalesce: one that waited for another's reading takes it when that reading
+    began after its own call, so a burst of urgent callers costs at most two readings.
+    """
     global _last
+    asked = time.monotonic()
     with _lock:
-        now = time.monotonic()
-        if _last is not None and now - _last.taken <= max_age:
+        if _last is not None and _last.taken >= asked - max_age:
             return _last
+        now = time.monotonic()
         procs = _list_procs()
         markers = _cache.lookup(procs, now)
         children: dict[int, list[int]] = {}

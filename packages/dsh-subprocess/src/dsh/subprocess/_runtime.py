@@ -79,6 +79,7 @@ class SubprocessRuntime:
 
     def __init__(self) -> None:
         self._live: dict[ManagedProcess, None] = {}
+        self._spawning: set[asyncio.Future[None]] = set()
         self._closed = False
 
     @property
@@ -96,7 +97,19 @@ class SubprocessRuntime:
             raise TypeError("spawn() takes a SpawnSpec")
         if self._closed:
             raise SpawnError("spawn failed: runtime is closed")
-        return await launch(spec, on_spawned=self._track, on_gone=self._untrack)
+        # The fork runs in a worker thread, so aclose() can begin meanwhile: it waits for this
+        # spawn, and a spawn that finds the runtime closed takes its own tree down first.
+        spawning = asyncio.get_running_loop().create_future()
+        self._spawning.add(spawning)
+        try:
+            proc = await launch(spec, on_spawned=self._track, on_gone=self._untrack)
+            if self._closed:
+                await proc.aclose()
+                raise SpawnError("spawn failed: runtime is closed")
+            return proc
+        finally:
+            self._spawning.discard(spawning)
+            spawning.set_result(None)
 
     def _track(self, proc: ManagedProcess) -> None:
         self._live[proc] = None
@@ -113,9 +126,6 @@ class SubprocessRuntime:
         raise one ``TeardownError`` (an ``ExceptionGroup`` of them when there are several).
         """
         self._closed = True
-        procs = list(self._live)
-        if not procs:
-            return
         errors: list[Exception] = []
 
         async def close_one(proc: ManagedProcess) -> None:
@@ -125,6 +135,11 @@ class SubprocessRuntime:
                 errors.append(exc)
 
         try:
+            if self._spawning:
+                await asyncio.wait(list(self._spawning))
+            procs = list(self._live)
+            if not procs:
+                return
             async with asyncio.TaskGroup() as group:
                 for proc in procs:
                     group.create_task(close_one(proc))
