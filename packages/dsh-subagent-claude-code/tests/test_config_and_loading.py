@@ -23,6 +23,8 @@ def test_defaults() -> None:
     assert config.dispose_grace_ms == 3000
     assert config.private_tmp is True
     assert config.stderr == "forward"
+    assert config.nice == 10
+    assert ClaudeCodeProviderConfig(nice=None).nice is None
 
 
 @pytest.mark.parametrize(
@@ -36,6 +38,9 @@ def test_defaults() -> None:
         ({"dispose_grace_ms": 0}, "dispose_grace_ms"),
         ({"dispose_grace_ms": 2147483648}, "dispose_grace_ms"),
         ({"stderr": "inherit"}, "stderr"),
+        ({"nice": -1}, "nice"),
+        ({"nice": 20}, "nice"),
+        ({"nice": True}, "nice"),
         ({"env": {"A=B": "x"}}, "env"),
         ({"inherit_env": [""]}, "inherit_env"),
         ({"cli_path": "/usr/bin/claude"}, "cli_path"),

@@ -276,16 +276,20 @@ async def test_cancel_mid_turn_with_bash_tool_running(
     run = await provider.start(make_request("run a long command", workspace))
     tree_id = _tree_id(run)
 
-    def tool_running() -> bool:
+    def tools() -> list[int]:
+        found = []
         for pid in marked_processes(tree_id):
             try:
                 if "time.sleep(60)" in " ".join(psutil.Process(pid).cmdline()):
-                    return True
+                    found.append(pid)
             except psutil.Error:
                 continue
-        return False
+        return found
 
-    await wait_until(tool_running)
+    await wait_until(lambda: bool(tools()))
+    # The product's own tool process inherits the tree's lower CPU priority (config nice=10).
+    niceness = {os.getpriority(os.PRIO_PROCESS, pid) for pid in tools()}
+    assert niceness == {max(10, os.getpriority(os.PRIO_PROCESS, 0))}
     began = time.monotonic()
     run.cancel()
     result = await run.result()

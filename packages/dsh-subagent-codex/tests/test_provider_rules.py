@@ -34,6 +34,9 @@ INIT_LINE = (
         ({"dispose_grace_ms": 0}, "dispose_grace_ms"),
         ({"dispose_grace_ms": 2147483648}, "dispose_grace_ms"),
         ({"stderr": "parse"}, "stderr"),
+        ({"nice": -1}, "nice"),
+        ({"nice": 20}, "nice"),
+        ({"nice": "5"}, "nice"),
         ({"binary": "/usr/bin/codex"}, "binary"),
         ({"_program": ["x"]}, "_program"),
     ],
@@ -51,6 +54,7 @@ def test_config_defaults_and_from_config(monkeypatch: pytest.MonkeyPatch) -> Non
     assert config.permission_mode == "never"
     assert config.dispose_grace_ms == 3000
     assert config.stderr == "forward"
+    assert config.nice == 10
     monkeypatch.setenv("PATH", "")
     provider = CodexProvider.from_config({"provider_name": "codex-x", "model": "m"})
     assert provider.name == "codex-x"

@@ -335,6 +335,9 @@ async def test_cancel_mid_turn_is_aborted_and_leaves_no_process(codex_env: Env) 
     tree_id = run._proc.tree_id
     await codex_env.server.wait_for_requests(1)
     assert await asyncio.to_thread(marked_processes, tree_id)
+    # The app-server runs at the config's default nice (10), never above the host's own.
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    assert os.getpriority(os.PRIO_PROCESS, run._proc.pid) == max(10, own)
     run.cancel()
     result = await run.result()
     assert result.stop_reason is StopReason.ABORTED

@@ -95,6 +95,7 @@ class ClaudeCodeProvider:
             stdout="pipe",
             stderr="pipe",
             grace_ms=self.config.dispose_grace_ms,
+            nice=self.config.nice,
         )
         run = ClaudeCodeRun(self.config, spec, self._runtime or default_runtime(), tmp_dir)
         try:

@@ -30,6 +30,8 @@ class ClaudeCodeProviderConfig(BaseModel):
     dispose_grace_ms: float = Field(default=3000, gt=0, le=_MAX_GRACE_MS)
     private_tmp: bool = True
     stderr: Literal["forward", "discard"] = "forward"
+    nice: int | None = Field(default=10, ge=0, le=19, strict=True)
+    """The product tree's CPU niceness (see ``SpawnSpec.nice``); None keeps the harness's."""
 
     @field_validator("provider_name")
     @classmethod

@@ -27,6 +27,8 @@ class CodexProviderConfig(BaseModel):
     permission_mode: PermissionMode = "never"
     dispose_grace_ms: float = Field(default=3000.0, gt=0, le=2147483647)
     stderr: Literal["forward", "discard"] = "forward"
+    nice: int | None = Field(default=10, ge=0, le=19, strict=True)
+    """The product tree's CPU niceness (see ``SpawnSpec.nice``); None keeps the harness's."""
 
     @field_validator("provider_name")
     @classmethod

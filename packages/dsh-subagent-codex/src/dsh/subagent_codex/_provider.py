@@ -132,6 +132,7 @@ class CodexProvider:
                 stdout="pipe",
                 stderr="inherit" if config.stderr == "forward" else "ignore",
                 grace_ms=config.dispose_grace_ms,
+                nice=config.nice,
             )
             proc = await default_runtime().spawn(spec)
         except (OSError, ImportError, SpawnError, ValueError) as exc:

@@ -18,6 +18,7 @@ import psutil
 
 from dsh.subprocess import _procfs
 from dsh.subprocess._env import build_child_env
+from dsh.subprocess._priority import lower_priority
 from dsh.subprocess._procfs import TREE_MARKER_ENV, Snapshot, read_info, scan
 from dsh.subprocess._spec import Collect, CollectedText, ProcessOutcome, SpawnSpec, StreamSpec
 from dsh.subprocess._tree import Tree
@@ -513,6 +514,14 @@ def _popen(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> subprocess.
         raise SpawnError("spawn failed: invalid argument") from exc
 
 
+def _spawn_child(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> subprocess.Popen[bytes]:
+    """The worker-thread half of a spawn: fork and exec, then the requested priority."""
+    popen = _popen(spec, env, cwd)
+    if spec.nice is not None:
+        lower_priority(popen.pid, spec.nice)
+    return popen
+
+
 async def launch(
     spec: SpawnSpec,
     *,
@@ -529,7 +538,7 @@ async def launch(
     env = build_child_env(spec.env)
     env[TREE_MARKER_ENV] = marker
     cwd = _check_cwd(spec.cwd)
-    spawning = loop.run_in_executor(None, _popen, spec, env, cwd)
+    spawning = loop.run_in_executor(None, _spawn_child, spec, env, cwd)
     try:
         popen = await asyncio.shield(spawning)
     except asyncio.CancelledError:

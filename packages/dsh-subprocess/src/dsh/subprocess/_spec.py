@@ -24,6 +24,7 @@ __all__ = [
 MAX_GRACE_MS = 2_147_483_647
 """The largest accepted ``grace_ms``."""
 
+_MAX_NICE = 19
 _ARGV_MESSAGE = "invalid argv: expected a non-empty program name at argv[0]"
 _GRACE_MESSAGE = "grace_ms must be a positive finite number no greater than 2147483647"
 
@@ -79,6 +80,8 @@ class SpawnSpec:
 
     ``env`` is an overlay applied after the scrub (see ``build_child_env``); ``None`` removes a
     name. ``grace_ms`` is the SIGTERM-to-SIGKILL grace, and also bounds pipe draining after exit.
+    ``nice`` (0 to 19) lowers the tree's CPU priority: the child's nice value and, on Linux, its
+    session's autogroup, set right after ``exec`` (best effort); ``None`` inherits the caller's.
     """
 
     argv: Sequence[str]
@@ -88,8 +91,14 @@ class SpawnSpec:
     stdout: StreamSpec = "pipe"
     stderr: StreamSpec = "pipe"
     grace_ms: float = 3000.0
+    nice: int | None = None
 
     def __post_init__(self) -> None:
+        nice: object = self.nice
+        if nice is not None and (
+            isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= _MAX_NICE
+        ):
+            raise ValueError("nice must be an integer from 0 to 19, or None")
         object.__setattr__(self, "argv", _check_argv(self.argv))
         object.__setattr__(self, "grace_ms", _check_grace(self.grace_ms))
         object.__setattr__(self, "env", _check_env(self.env))
