@@ -612,8 +612,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--e2e-per-round",
         type=int,
-        default=3,
-        help="end-to-end trios (every variant once) per round (default 3)",
+        default=5,
+        help="end-to-end trios (every variant once) per round (default 5)",
     )
     parser.add_argument(
         "--quick", action="store_true", help="smoke: 1 round, no warm-up, concurrency 2"
