@@ -10,6 +10,7 @@ import asyncio
 import sys
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psutil
@@ -17,6 +18,7 @@ import pytest
 
 from dsh.subprocess import SpawnError, SpawnSpec, SubprocessRuntime
 from dsh.subprocess import _process as process_module
+from dsh.subprocess import _workers as workers_module
 
 # The child forks a grandchild, so the take-down has a tree to clear, not just one pid.
 TREE = "import os, time\nif os.fork() == 0:\n    time.sleep(60)\nelse:\n    time.sleep(60)\n"
@@ -112,3 +114,49 @@ async def test_spawn_failure_in_the_thread_is_a_spawn_error(gate: Gate) -> None:
         await runtime.spawn(SpawnSpec(["/definitely/missing/prog"]))
     assert gate.pids == []
     await runtime.aclose()
+
+
+async def test_a_full_default_executor_does_not_stall_spawn_or_teardown() -> None:
+    """The application's executor is busy; spawning and teardown use their own threads."""
+    loop = asyncio.get_running_loop()
+    busy = ThreadPoolExecutor(max_workers=1)
+    loop.set_default_executor(busy)
+    release = threading.Event()
+    blocker = loop.run_in_executor(None, release.wait, 30)
+    try:
+        runtime = SubprocessRuntime()
+        async with asyncio.timeout(10):
+            proc = await runtime.spawn(SpawnSpec([sys.executable, "-c", TREE]))
+            await proc.aclose()
+            await runtime.aclose()
+        assert proc.tree_gone
+        assert not blocker.done()  # the application's work was still holding its executor
+    finally:
+        release.set()
+        await blocker
+        busy.shutdown()
+
+
+async def test_cancel_while_the_spawn_is_still_queued_forks_nothing(
+    gate: Gate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one = ThreadPoolExecutor(max_workers=1)
+    monkeypatch.setattr(workers_module, "_pool", one)
+    release = threading.Event()
+    occupied = one.submit(release.wait, 30)  # the only worker is busy: the spawn must queue
+    try:
+        runtime = SubprocessRuntime()
+        task = asyncio.create_task(runtime.spawn(SpawnSpec([sys.executable, "-c", TREE])))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        async with asyncio.timeout(5):  # returns at once; it does not wait behind the busy worker
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        assert not gate.entered.is_set()
+        assert gate.pids == []
+        assert runtime.live == ()
+    finally:
+        release.set()
+        gate.release.set()
+        occupied.result(10)
+        one.shutdown()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import signal
@@ -18,6 +17,7 @@ from dsh.subprocess._procfs import (
     scan,
     send_signal,
 )
+from dsh.subprocess._workers import offload
 
 __all__ = ["marked_processes", "parse_marker", "reap_orphans", "reap_orphans_once"]
 
@@ -125,7 +125,7 @@ async def reap_orphans_once() -> None:
     callers share one scan. A failing scan is logged at DEBUG and never blocks a spawn.
     """
     if not _reaped:
-        await asyncio.to_thread(_reap_once_sync)
+        await offload(_reap_once_sync)
 
 
 def _reap_once_sync() -> None:

@@ -22,6 +22,7 @@ from dsh.subprocess._priority import lower_priority
 from dsh.subprocess._procfs import TREE_MARKER_ENV, Snapshot, read_info, scan
 from dsh.subprocess._spec import Collect, CollectedText, ProcessOutcome, SpawnSpec, StreamSpec
 from dsh.subprocess._tree import Tree
+from dsh.subprocess._workers import offload, submit
 from dsh.subprocess.errors import SpawnError, TeardownError
 
 __all__ = ["ManagedProcess", "launch"]
@@ -185,7 +186,7 @@ class ManagedProcess:
         try:
             while not self._tree.gone:
                 if self._sampler is None or self._sampler.done():
-                    if await asyncio.to_thread(self._sample_once):
+                    if await offload(self._sample_once):
                         break
                     step = _FAST_S
                 else:
@@ -285,7 +286,7 @@ class ManagedProcess:
         while True:
             self._wake.clear()
             try:
-                gone = await asyncio.to_thread(self._sample_once)
+                gone = await offload(self._sample_once)
             except Exception:
                 _log.debug("process tree sample failed", exc_info=True)
                 gone = False
@@ -530,7 +531,7 @@ async def launch(
 ) -> ManagedProcess:
     """Spawn ``spec`` and return its ManagedProcess (``on_spawned`` runs once the child exists).
 
-    The fork and exec run in a worker thread: on the loop thread, under CPU load, one
+    The fork and exec run in a worker thread (``_workers``): on the loop thread, under CPU load, one
     ``fork_exec`` stalls every other task for 5 to 30 ms (measured: 8 products starting at once).
     """
     loop = asyncio.get_running_loop()
@@ -538,10 +539,13 @@ async def launch(
     env = build_child_env(spec.env)
     env[TREE_MARKER_ENV] = marker
     cwd = _check_cwd(spec.cwd)
-    spawning = loop.run_in_executor(None, _spawn_child, spec, env, cwd)
+    job = submit(_spawn_child, spec, env, cwd)
+    spawning = asyncio.wrap_future(job)
     try:
         popen = await asyncio.shield(spawning)
     except asyncio.CancelledError:
+        if job.cancel():
+            raise  # still queued: no fork happened
         # The fork may already have happened: finish it, then take the child down with the
         # ordinary half-started path, so a cancelled spawn never leaves a process behind.
         late = await _finish_spawn(spawning)

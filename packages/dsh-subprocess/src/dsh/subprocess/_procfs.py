@@ -3,7 +3,7 @@
 On Linux a snapshot reads ``/proc/<pid>/stat`` for every process and, once per new process (and
 again while it is young, in case it execs), ``/proc/<pid>/environ`` for the tree marker. Elsewhere
 psutil supplies the same facts without markers. Every function here blocks briefly; async callers
-run them through ``asyncio.to_thread``.
+run them in the package's worker threads (``_workers.offload``).
 """
 
 from __future__ import annotations
