@@ -42,6 +42,22 @@ def log(entry: Any) -> None:
         handle.write(json.dumps(entry) + "\n")
 
 
+def elicit() -> None:
+    """Ask an MCP elicitation and log the answer."""
+    send(
+        {
+            "type": "control_request",
+            "request_id": "e1",
+            "request": {
+                "subtype": "elicitation",
+                "mcp_server_name": "srv",
+                "message": "your name?",
+            },
+        }
+    )
+    log(receive())
+
+
 if os.environ["STANDIN_SCENARIO"] == "die-at-start":
     sys.exit(3)
 init = receive()
@@ -56,35 +72,13 @@ log({"prompt": prompt["message"]["content"]})
 send({"type": "system", "subtype": "init", "session_id": "s"})
 scenario = os.environ["STANDIN_SCENARIO"]
 if scenario in ("elicitation-only", "elicitation-then-success"):
-    send(
-        {
-            "type": "control_request",
-            "request_id": "e1",
-            "request": {
-                "subtype": "elicitation",
-                "mcp_server_name": "srv",
-                "message": "your name?",
-            },
-        }
-    )
-    log(receive())
+    elicit()
     if scenario == "elicitation-only":
         result("error_during_execution", True, None)
         sys.exit(1)
     result(text="after the elicitation")
 elif scenario == "elicitation-dialog":
-    send(
-        {
-            "type": "control_request",
-            "request_id": "e1",
-            "request": {
-                "subtype": "elicitation",
-                "mcp_server_name": "srv",
-                "message": "your name?",
-            },
-        }
-    )
-    log(receive())
+    elicit()
     send(
         {
             "type": "control_request",
