@@ -182,11 +182,14 @@ async def test_runtime_aclose_closes_every_tree() -> None:
 
 
 async def _run_host(
-    runtime: SubprocessRuntime, mode: str
+    runtime: SubprocessRuntime, mode: str, *extra: str
 ) -> tuple[ManagedProcess, dict[str, object]]:
     host = await runtime.spawn(
         SpawnSpec(
-            [sys.executable, str(HOST), mode], stdin="pipe", stderr=Collect(4096), grace_ms=300
+            [sys.executable, str(HOST), mode, *extra],
+            stdin="pipe",
+            stderr=Collect(4096),
+            grace_ms=300,
         )
     )
     assert host.stdout is not None
@@ -216,8 +219,20 @@ async def test_host_normal_exit_leaves_nothing(runtime: SubprocessRuntime) -> No
     await host.aclose()
 
 
-async def test_host_sigkill_then_reap_orphans(runtime: SubprocessRuntime) -> None:
+async def test_host_sigkill_takes_its_trees_down(runtime: SubprocessRuntime) -> None:
+    """The supervisors see the host's end of their sockets close, and kill their trees."""
     host, info = await _run_host(runtime, "hang")
+    tree_id = str(info["tree_id"])
+    assert len(marked_processes(tree_id)) == 2
+    os.kill(host.pid, signal.SIGKILL)
+    assert (await host.wait()).signal == "SIGKILL"
+    assert await _until_empty(tree_id) == []
+    await host.aclose()
+
+
+async def test_host_sigkill_then_reap_orphans(runtime: SubprocessRuntime) -> None:
+    """Without supervisors (the fallback path), a fresh process reaps by the marker."""
+    host, info = await _run_host(runtime, "hang", "plain")
     tree_id = str(info["tree_id"])
     pids = marked_processes(tree_id)
     assert len(pids) == 2

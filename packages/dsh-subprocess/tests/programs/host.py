@@ -1,13 +1,18 @@
 """A host program: spawns a TERM-ignoring tree via default_runtime, reports it, then exits.
 
 argv[1] == "exit": exit normally (status 3) after a line on stdin; "hang": sleep until killed.
+argv[2] == "plain" spawns without a supervisor (the fallback path), so a host SIGKILL orphans the
+tree and only reap_orphans() can clean it up.
 """
 
 import asyncio
 import json
 import sys
 
-from dsh.subprocess import SpawnSpec, default_runtime
+from dsh.subprocess import SpawnSpec, _process, default_runtime
+
+if sys.argv[2:] == ["plain"]:
+    _process._SUPERVISED = False
 
 CHILD = (
     "import os, signal, time\n"

@@ -20,6 +20,7 @@ from dsh.subprocess import _procfs
 from dsh.subprocess._env import build_child_env
 from dsh.subprocess._priority import lower_priority
 from dsh.subprocess._procfs import TREE_MARKER_ENV, Snapshot, read_info, scan
+from dsh.subprocess._spawner import SpawnerUnavailable, SupervisedChild, spawn_supervised
 from dsh.subprocess._spec import Collect, CollectedText, ProcessOutcome, SpawnSpec, StreamSpec
 from dsh.subprocess._tree import Tree
 from dsh.subprocess._workers import offload, submit
@@ -38,6 +39,10 @@ _KILL_CONFIRM_S = 5.0
 _READ_CHUNK = 65536
 
 _owner: tuple[int, str] | None = None
+_SUPERVISED = _procfs._IS_LINUX
+"""Spawn through a subreaper supervisor (Linux); elsewhere a plain ``Popen`` in a new session."""
+
+Child = subprocess.Popen[bytes] | SupervisedChild
 
 
 def _owner_identity() -> str:
@@ -85,7 +90,7 @@ class ManagedProcess:
     def __init__(
         self,
         *,
-        popen: subprocess.Popen[bytes],
+        popen: Child,
         spec: SpawnSpec,
         tree: Tree,
         loop: asyncio.AbstractEventLoop,
@@ -98,6 +103,7 @@ class ManagedProcess:
         self.stdout: asyncio.StreamReader | None = None
         self.stderr: asyncio.StreamReader | None = None
         self._popen = popen
+        self._supervised = popen if isinstance(popen, SupervisedChild) else None
         self._tree = tree
         self._loop = loop
         self._on_gone = on_gone
@@ -146,7 +152,7 @@ class ManagedProcess:
     async def wait(self) -> ProcessOutcome:
         """Wait for the direct child to exit; Collect draining after exit is bounded by grace_ms."""
         if not self._exited.is_set():
-            polled = self._pidfd is None
+            polled = self._pidfd is None and self._supervised is None
             if polled:
                 self._waiters += 1
                 self._wake_sampler()
@@ -173,6 +179,7 @@ class ManagedProcess:
         if self._tree.gone:
             return
         self._tree.term_known()
+        self._delegate_term()
         self._wake_sampler()
 
     async def wait_for_exit(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
@@ -254,6 +261,8 @@ class ManagedProcess:
         if self._term_at is None:
             self._term_at = now
         self._kill_at = now
+        if self._supervised is not None:
+            self._supervised.send(b"K")
         try:
             return self._tree.kill_new(snap if snap is not None else scan(0.0))
         finally:
@@ -277,10 +286,20 @@ class ManagedProcess:
         max_age = 0.0 if urgent else max(0.0, min(_IDLE_S / 2, now - self._tree.created))
         snap = scan(max_age)
         if self._kill_at is not None and now >= self._kill_at:
+            if self._supervised is not None:
+                self._supervised.send(b"K")
             return self._tree.kill(snap)
         if self._term_at is not None:
-            return self._tree.term(snap)
+            gone = self._tree.term(snap)
+            self._delegate_term()
+            return gone
         return self._tree.observe(snap)
+
+    def _delegate_term(self) -> None:
+        """Ask the supervisor for the SIGTERMs the tree left to it (it signals each pid once)."""
+        if self._supervised is not None and self._tree.term_pending:
+            self._tree.term_pending = False
+            self._supervised.send(b"T")
 
     async def _sample_loop(self) -> None:
         while True:
@@ -290,8 +309,10 @@ class ManagedProcess:
             except Exception:
                 _log.debug("process tree sample failed", exc_info=True)
                 gone = False
-            if self._pidfd is None:
+            if self._pidfd is None and self._supervised is None:
                 self._poll_exit()
+            elif self._supervised is not None and self._supervised.lost:
+                self._end_supervision()
             if gone:
                 self._notify_gone()
                 return
@@ -311,6 +332,10 @@ class ManagedProcess:
         self._on_gone(self)
 
     def _watch_exit(self) -> None:
+        if self._supervised is not None:
+            self._loop.add_reader(self._supervised.fileno(), self._on_report)
+            self._on_report()
+            return
         if not _procfs._HAS_PIDFD:
             return
         try:
@@ -323,6 +348,33 @@ class ManagedProcess:
             os.close(fd)
             return
         self._pidfd = fd
+
+    def _on_report(self) -> None:
+        """The supervisor wrote: the program's exit, or the end of the whole tree."""
+        child = self._supervised
+        assert child is not None
+        child.read_reports()
+        self._poll_exit()
+        if child.finished:
+            self._end_supervision()
+
+    def _end_supervision(self) -> None:
+        """Stop listening to the supervisor and let scans alone decide (idempotent)."""
+        child = self._supervised
+        if child is None:
+            return
+        with contextlib.suppress(Exception):
+            self._loop.remove_reader(child.fileno())
+        child.close()
+        self._tree.release_anchor()
+        if child.returncode is None and self._outcome is None:
+            # The supervisor was killed before it could report: the status is unknowable.
+            info = read_info(self.pid)
+            if info is None or info.zombie:
+                self._outcome = ProcessOutcome(exit_code=None, signal=None)
+                self._exit_time = time.monotonic()
+                self._exited.set()
+        self._wake_sampler()
 
     def _stop_exit_watch(self) -> None:
         fd, self._pidfd = self._pidfd, None
@@ -379,6 +431,10 @@ class ManagedProcess:
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.01)
+            if self._supervised is not None:
+                self._supervised.read_reports()
+                if self._supervised.finished:
+                    self._tree.release_anchor()
             self._tree.observe(scan(0.0))
         for pipe in (self._popen.stdin, self._popen.stdout, self._popen.stderr):
             if pipe is not None:
@@ -388,6 +444,9 @@ class ManagedProcess:
             self._popen.wait(timeout=max(0.0, deadline - time.monotonic()))
         self._poll_exit()
         self._stop_exit_watch()
+        if self._supervised is not None:
+            self._end_supervision()
+            self._tree.observe(scan(0.0))
         if self._tree.gone:
             self._notify_gone()
 
@@ -494,7 +553,20 @@ def _stream_arg(mode: StreamSpec) -> int | None:
     return None if mode == "inherit" else subprocess.DEVNULL
 
 
-def _popen(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> subprocess.Popen[bytes]:
+def _popen(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> Child:
+    """Start the child: under a supervisor where possible, else a plain ``Popen``."""
+    if _SUPERVISED:
+        try:
+            return spawn_supervised(spec, env, cwd, _owner_identity())
+        except SpawnerUnavailable:
+            _log.debug("spawner unavailable; spawning without a supervisor", exc_info=True)
+        except OSError as exc:
+            _log.debug("spawn failed", exc_info=True)
+            raise _spawn_error(exc, cwd) from exc
+    return _plain_popen(spec, env, cwd)
+
+
+def _plain_popen(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> subprocess.Popen[bytes]:
     stdin = subprocess.DEVNULL if spec.stdin == "ignore" else subprocess.PIPE
     try:
         return subprocess.Popen(
@@ -515,10 +587,13 @@ def _popen(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> subprocess.
         raise SpawnError("spawn failed: invalid argument") from exc
 
 
-def _spawn_child(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> subprocess.Popen[bytes]:
-    """The worker-thread half of a spawn: fork and exec, then the requested priority."""
+def _spawn_child(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> Child:
+    """The worker-thread half of a spawn: fork and exec, then the requested priority.
+
+    A supervised child has set its own priority between fork and exec.
+    """
     popen = _popen(spec, env, cwd)
-    if spec.nice is not None:
+    if spec.nice is not None and not isinstance(popen, SupervisedChild):
         lower_priority(popen.pid, spec.nice)
     return popen
 
@@ -562,22 +637,25 @@ async def launch(
 
 
 def _adopt(
-    popen: subprocess.Popen[bytes],
+    popen: Child,
     spec: SpawnSpec,
     marker: str,
     loop: asyncio.AbstractEventLoop,
     on_spawned: Callable[[ManagedProcess], None],
     on_gone: Callable[[ManagedProcess], None],
 ) -> ManagedProcess:
-    tree = Tree(read_info(popen.pid), popen.pid, marker)
+    anchor = None
+    if isinstance(popen, SupervisedChild):
+        anchor = read_info(popen.supervisor_pid)
+    tree = Tree(read_info(popen.pid), popen.pid, marker, anchor)
     proc = ManagedProcess(popen=popen, spec=spec, tree=tree, loop=loop, on_gone=on_gone)
     on_spawned(proc)
     return proc
 
 
 async def _finish_spawn(
-    spawning: asyncio.Future[subprocess.Popen[bytes]],
-) -> subprocess.Popen[bytes] | None:
+    spawning: asyncio.Future[Child],
+) -> Child | None:
     """Wait out a spawn whose caller was cancelled (bounded: one fork and exec); None if it failed.
 
     Further cancellations are absorbed here; the caller re-raises the first one.

@@ -1,7 +1,12 @@
 """Process-table snapshots and guarded signalling.
 
 On Linux a snapshot reads ``/proc/<pid>/stat`` for every process and, once per new process (and
-again while it is young, in case it execs), ``/proc/<pid>/environ`` for the tree marker. Elsewhere
+again while it is young, in case it execs), ``/proc/<pid>/environ`` for the tree marker.
+
+Liveness is by threads: a process whose main thread has exited while other threads run shows
+``Z`` in ``/proc/<pid>/stat``, yet it runs, holds its resources and can be signalled. Such a
+process counts as alive while any ``/proc/<pid>/task/<tid>/stat`` is not a zombie, and its marker
+is read from a live thread (the main thread's ``environ`` reads empty once it has exited). Elsewhere
 psutil supplies the same facts without markers. Every function here blocks briefly; async callers
 run them in the package's worker threads (``_workers.offload``).
 """
@@ -82,16 +87,42 @@ def _read_small(path: str) -> bytes | None:
         os.close(fd)
 
 
+_DEAD_STATES = (b"Z", b"X", b"x")
+
+
+def _state(data: bytes) -> bytes:
+    return data[data.rindex(b")") + 2 :].split(None, 1)[0]
+
+
+def live_thread(pid: int) -> int | None:
+    """A thread of ``pid`` that is not a zombie, or None (Linux; blocking briefly)."""
+    try:
+        tids = [entry.name for entry in os.scandir(f"/proc/{pid}/task")]
+    except OSError:
+        return None
+    for tid in tids:
+        data = _read_small(f"/proc/{pid}/task/{tid}/stat")
+        try:
+            if data is not None and _state(data) not in _DEAD_STATES:
+                return int(tid)
+        except (ValueError, IndexError):
+            continue
+    return None
+
+
 def _parse_stat(pid: int, data: bytes) -> ProcInfo | None:
     try:
         rest = data[data.rindex(b")") + 2 :].split()
+        zombie = rest[0] in _DEAD_STATES
+        if zombie and _IS_LINUX and live_thread(pid) is not None:
+            zombie = False  # the main thread exited, but the process still runs
         return ProcInfo(
             pid=pid,
             ppid=int(rest[1]),
             pgrp=int(rest[2]),
             sid=int(rest[3]),
             start=float(int(rest[19])),
-            zombie=rest[0] in (b"Z", b"X", b"x"),
+            zombie=zombie,
         )
     except (ValueError, IndexError):
         return None
@@ -123,8 +154,25 @@ def read_info(pid: int) -> ProcInfo | None:
 
 def _read_marker_linux(pid: int, uid: int) -> tuple[bool, str | None]:
     """(readable, marker). Unreadable or other-user processes count as readable-without-marker."""
+    readable, marker = _read_environ_marker(f"/proc/{pid}/environ", uid)
+    if marker is None and _main_thread_exited(pid):
+        tid = live_thread(pid)  # the main thread's environ reads empty: ask a live thread
+        if tid is not None and tid != pid:
+            return _read_environ_marker(f"/proc/{pid}/task/{tid}/environ", uid)
+    return readable, marker
+
+
+def _main_thread_exited(pid: int) -> bool:
+    data = _read_small(f"/proc/{pid}/stat")
     try:
-        fd = os.open(f"/proc/{pid}/environ", os.O_RDONLY)
+        return data is not None and _state(data) in _DEAD_STATES
+    except (ValueError, IndexError):
+        return False
+
+
+def _read_environ_marker(path: str, uid: int) -> tuple[bool, str | None]:
+    try:
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return True, None
     try:

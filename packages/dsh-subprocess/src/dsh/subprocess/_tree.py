@@ -4,6 +4,11 @@ The tree of a spawn is the union of its process group and session, every descend
 observed (keyed by pid and start token, so a reused pid never counts), and every process of this
 user whose environment carries the spawn's marker. "Gone" means no non-zombie member remains.
 
+Under a supervisor (``_spawner_main``) the tree is also everything below the supervisor, its
+*anchor*: a subreaper, so an orphan anywhere in the tree is reparented to it rather than to init,
+whatever ``setsid``, double fork or ``env -i`` it used. The anchor is never a member itself, and
+the tree is gone only once the supervisor has also reported that nothing is left below it.
+
 The groups and sessions that members lead or join are watched too, until one is seen empty (its
 id may then be reused, so it is never watched again). That closes a race the marker alone leaves
 open: a member forks a child and dies, the child is reparented before any snapshot showed it as a
@@ -27,10 +32,14 @@ _Key = tuple[int, float]
 class Tree:
     """Thread-safe membership state of one spawn's tree."""
 
-    def __init__(self, root: ProcInfo | None, pgid: int, marker: str) -> None:
+    def __init__(
+        self, root: ProcInfo | None, pgid: int, marker: str, anchor: ProcInfo | None = None
+    ) -> None:
         self.pgid = pgid
         self.marker = marker
         self._lock = threading.Lock()
+        self._anchor = anchor
+        """The supervisor whose descendants all belong to the tree, until it reports empty."""
         self._known: dict[int, float] = {}
         self._alive: dict[int, ProcInfo] = {}
         if root is not None:
@@ -41,6 +50,10 @@ class Tree:
         self._dropped: set[int] = set()
         """Ids seen empty once: never watched again (they may be reused)."""
         self._termed: set[_Key] = set()
+        self._below_anchor: set[int] = {root.pid} if root is not None and anchor else set()
+        """Members below the supervisor, in the latest snapshot: it sends their SIGTERM."""
+        self.term_pending = False
+        """Members below the supervisor need a SIGTERM it has not yet been asked to send."""
         self._killed: set[_Key] = set()
         self.gone = False
         self.created = time.monotonic()
@@ -57,6 +70,19 @@ class Tree:
         for pid, marker in snap.markers.items():
             if marker == self.marker:
                 members[pid] = procs[pid]
+        anchor = self._anchor
+        below: set[int] = set()
+        if anchor is not None:
+            current = procs.get(anchor.pid)
+            if current is not None and current.start == anchor.start:
+                stack = list(snap.children.get(anchor.pid, ()))
+                while stack:
+                    pid = stack.pop()
+                    if pid not in below:
+                        below.add(pid)
+                        members[pid] = procs[pid]
+                        stack.extend(snap.children.get(pid, ()))
+        self._below_anchor = below
         watched: set[int] = set()
         while True:
             for group_id in self._groups - watched:
@@ -95,9 +121,14 @@ class Tree:
             return self._alive  # older than the spawn: it cannot show the tree
         alive = self._members(snap)
         self._alive = alive
-        if not alive:
+        if not alive and self._anchor is None:
             self.gone = True
         return alive
+
+    def release_anchor(self) -> None:
+        """The supervisor reported the tree empty, or is gone: from now on scans alone decide."""
+        with self._lock:
+            self._anchor = None
 
     def observe(self, snap: Snapshot) -> bool:
         """Record a snapshot; True once the whole tree is gone."""
@@ -141,10 +172,13 @@ class Tree:
                 self._signal(fresh, signal.SIGKILL, self._killed)
             return bool(fresh)
 
-    @staticmethod
-    def _signal(alive: dict[int, ProcInfo], sig: int, sent: set[_Key]) -> None:
+    def _signal(self, alive: dict[int, ProcInfo], sig: int, sent: set[_Key]) -> None:
         for pid, info in alive.items():
             key = (pid, info.start)
             if key not in sent:
                 sent.add(key)
-                send_signal(info, sig)
+                if sig == signal.SIGTERM and pid in self._below_anchor:
+                    # The supervisor sends it (once each), so no process gets two.
+                    self.term_pending = True
+                else:
+                    send_signal(info, sig)

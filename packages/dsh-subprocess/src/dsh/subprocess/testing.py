@@ -8,27 +8,53 @@ traced from the failure message alone. Test-only: the lines may hold paths and a
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import psutil
 
-from dsh.subprocess._procfs import TREE_MARKER_ENV
+from dsh.subprocess._procfs import TREE_MARKER_ENV, live_thread
 
 __all__ = ["describe_processes"]
 
 
 def describe_processes(pids: list[int]) -> list[str]:
-    """One line per pid; a pid that is gone by now says so."""
+    """One line per pid; a pid that is gone by now says so.
+
+    A process whose main thread has exited while others run is described from a live thread,
+    and its state is shown as ``half-exited``.
+    """
     lines = []
     for pid in pids:
         try:
             proc = psutil.Process(pid)
             with proc.oneshot():
-                command = " ".join(proc.cmdline()[:4])[:160]
-                marker = proc.environ().get(TREE_MARKER_ENV, "?")
+                status = proc.status()
+                if status == psutil.STATUS_ZOMBIE:
+                    tid = live_thread(pid)
+                    if tid is None:
+                        lines.append(f"{pid} (gone)")
+                        continue
+                    status = "half-exited"
+                    command, marker = _from_thread(pid, tid)
+                else:
+                    command = " ".join(proc.cmdline()[:4])[:160]
+                    marker = proc.environ().get(TREE_MARKER_ENV, "?")
                 lines.append(
-                    f"{pid} {proc.name()} [{proc.status()}] ppid={proc.ppid()} "
+                    f"{pid} {proc.name()} [{status}] ppid={proc.ppid()} "
                     f"pgid={os.getpgid(pid)} sid={os.getsid(pid)} marker={marker} cmd={command}"
                 )
         except (psutil.Error, OSError):
             lines.append(f"{pid} (gone)")
     return lines
+
+
+def _from_thread(pid: int, tid: int) -> tuple[str, str]:
+    base = Path(f"/proc/{pid}/task/{tid}")
+    argv = base.joinpath("cmdline").read_bytes().split(b"\0")
+    command = " ".join(part.decode(errors="replace") for part in argv[:4])[:160]
+    marker = "?"
+    for item in base.joinpath("environ").read_bytes().split(b"\0"):
+        name, _, value = item.partition(b"=")
+        if name == TREE_MARKER_ENV.encode():
+            marker = value.decode(errors="replace")
+    return command, marker

@@ -1,0 +1,351 @@
+"""The host's side of the spawner: one spawner process per host, one supervised child per spawn.
+
+``spawn_supervised`` hands a spawn to the spawner (``_spawner_main``), which forks a subreaper
+supervisor that forks the program. The host keeps the parent ends of the pipes and a control
+socket to the supervisor; ``SupervisedChild`` reads the supervisor's reports from it and looks
+like the part of ``subprocess.Popen`` that ``ManagedProcess`` uses. Everything here blocks
+briefly and runs in the package's worker threads, except ``SupervisedChild.read_reports``.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import logging
+import marshal
+import os
+import select
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from pathlib import Path
+
+from dsh.subprocess._spec import SpawnSpec, StreamSpec
+from dsh.subprocess._workers import submit
+
+__all__ = ["SPAWNER_OWNER_ENV", "SpawnerUnavailable", "SupervisedChild", "spawn_supervised"]
+
+_log = logging.getLogger("dsh.subprocess")
+
+SPAWNER_OWNER_ENV = "DSH_SPAWNER_OWNER"
+"""Carried by the spawner and its supervisors: ``<owner pid>:<owner start time>``."""
+
+_SCRIPT = Path(__file__).with_name("_spawner_main.py")
+_HEADER = struct.Struct("!I")
+_START_TIMEOUT_S = 10.0
+_REPORT_SIZE = 256
+_STANDBY = 2
+"""Supervisors kept forked and waiting, so a spawn never waits for a fork of its own."""
+
+
+class SpawnerUnavailable(Exception):
+    """The spawner process could not be started or reached; spawn without it."""
+
+
+class SupervisedChild:
+    """The program of one supervised spawn, as ``ManagedProcess`` sees it."""
+
+    def __init__(
+        self,
+        pid: int,
+        supervisor_pid: int,
+        control: socket.socket,
+        pipes: dict[str, int],
+    ) -> None:
+        self.pid = pid
+        self.supervisor_pid = supervisor_pid
+        self.returncode: int | None = None
+        self.empty = False
+        """The supervisor reported that nothing is left below it."""
+        self.lost = False
+        """The control socket closed without that report (the supervisor was killed)."""
+        self._control = control
+        self._buffer = b""
+        self.stdin = os.fdopen(pipes["stdin"], "wb", buffering=0) if "stdin" in pipes else None
+        self.stdout = os.fdopen(pipes["stdout"], "rb", buffering=0) if "stdout" in pipes else None
+        self.stderr = os.fdopen(pipes["stderr"], "rb", buffering=0) if "stderr" in pipes else None
+        _open_controls.add(self)
+
+    def fileno(self) -> int:
+        """The control socket's descriptor (for ``loop.add_reader``)."""
+        return self._control.fileno()
+
+    @property
+    def finished(self) -> bool:
+        """True once no further report can arrive."""
+        return self.empty or self.lost
+
+    def read_reports(self) -> None:
+        """Take every report already waiting (never blocks)."""
+        while not self.finished:
+            try:
+                report = self._control.recv(_REPORT_SIZE, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                report = b""
+            if not report:
+                self.lost = True
+                _log.debug("supervisor of pid %d ended without a report", self.pid)
+                return
+            self._buffer += report
+            *lines, self._buffer = self._buffer.split(b"\n")
+            for line in lines:
+                self._take(line)
+
+    def take_early(self, data: bytes) -> None:
+        """Reports that arrived together with the start report."""
+        self._buffer += data
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            self._take(line)
+
+    def _take(self, report: bytes) -> None:
+        if report.startswith(b"X "):
+            self.returncode = os.waitstatus_to_exitcode(int(report[2:]))
+        elif report == b"E":
+            self.empty = True
+
+    def poll(self) -> int | None:
+        self.read_reports()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Block until the program's exit is reported (``TimeoutExpired`` after ``timeout``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if self.lost:
+                raise subprocess.TimeoutExpired("supervised child", timeout or 0.0)
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise subprocess.TimeoutExpired("supervised child", timeout or 0.0)
+            select.select([self._control], [], [], remaining)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send(self, command: bytes) -> None:
+        """``T`` (SIGTERM every descendant) or ``K`` (SIGKILL until none is left); best effort."""
+        with contextlib.suppress(OSError):
+            self._control.send(command, socket.MSG_DONTWAIT)
+
+    def close(self) -> None:
+        """Close the control socket: a supervisor still running then kills its whole tree."""
+        _open_controls.discard(self)
+        with contextlib.suppress(OSError):
+            self._control.close()
+
+
+_open_controls: weakref.WeakSet[SupervisedChild] = weakref.WeakSet()
+
+
+class _Spawner:
+    """The spawner process of this host, started on first use and again if it died."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._standby: list[socket.socket] = []
+
+    def _start(self, owner: str) -> socket.socket:
+        if not _SCRIPT.is_file():
+            raise SpawnerUnavailable("spawner script missing")
+        host_end, spawner_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(_SCRIPT), str(spawner_end.fileno()), owner],
+                pass_fds=(spawner_end.fileno(),),
+                env={SPAWNER_OWNER_ENV: owner},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as exc:
+            host_end.close()
+            raise SpawnerUnavailable("spawner could not start") from exc
+        finally:
+            spawner_end.close()
+        self._sock = host_end
+        return host_end
+
+    def new_supervisor(self, owner: str) -> socket.socket:
+        """A control socket to a fresh standby supervisor (a dead spawner is replaced once)."""
+        host_end, supervisor_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with self._lock:
+                for attempt in (1, 2):
+                    sock = self._sock or self._start(owner)
+                    try:
+                        _send_frame(sock, marshal.dumps({}), [supervisor_end.fileno()])
+                        return host_end
+                    except OSError as exc:
+                        _log.debug("spawner unreachable (attempt %d)", attempt, exc_info=True)
+                        self._discard()
+                        if attempt == 2:
+                            raise SpawnerUnavailable("spawner unreachable") from exc
+        except BaseException:
+            host_end.close()
+            raise
+        finally:
+            supervisor_end.close()
+        raise AssertionError("unreachable")
+
+    def take_standby(self, owner: str) -> socket.socket:
+        """A waiting supervisor's control socket; the pool is refilled off the caller's path."""
+        with self._lock:
+            ready = self._standby.pop() if self._standby else None
+        return ready if ready is not None else self.new_supervisor(owner)
+
+    def refill(self, owner: str) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if len(self._standby) >= _STANDBY:
+                        return
+                control = self.new_supervisor(owner)
+                with self._lock:
+                    self._standby.append(control)
+        except (SpawnerUnavailable, OSError):
+            _log.debug("could not refill the standby supervisors", exc_info=True)
+
+    def _discard(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+        standby, self._standby = self._standby, []
+        for control in standby:
+            control.close()
+        process, self._process = self._process, None
+        if process is not None:
+            with contextlib.suppress(OSError):
+                process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+                process.wait(timeout=1.0)
+
+    def reset_after_fork(self) -> None:
+        # A forked copy of the host must not hold the spawner open: its exit would go unseen.
+        self._lock = threading.Lock()
+        sock, self._sock = self._sock, None
+        self._process = None
+        standby, self._standby = self._standby, []
+        for each in (sock, *standby):
+            if each is not None:
+                with contextlib.suppress(OSError):
+                    each.close()
+
+
+_spawner = _Spawner()
+
+
+def _stdio_source(mode: StreamSpec | str, index: int, pipes: dict[str, int]) -> int | None:
+    """The child's end for stdio slot ``index``; the host's end goes into ``pipes``."""
+    name = ("stdin", "stdout", "stderr")[index]
+    if mode == "ignore":
+        return None
+    if mode == "inherit":
+        return os.dup(index)
+    read_end, write_end = os.pipe()
+    if index == 0:
+        pipes[name] = write_end
+        return read_end
+    pipes[name] = read_end
+    return write_end
+
+
+def spawn_supervised(
+    spec: SpawnSpec, env: dict[str, str], cwd: str | None, owner: str
+) -> SupervisedChild:
+    """Start ``spec`` under a supervisor; OSError (errno, and the cwd as filename) if it cannot."""
+    pipes: dict[str, int] = {}
+    sources: list[int] = []
+    layout: list[int | None] = []
+    host_control = _spawner.take_standby(owner)
+    try:
+        stdin_mode = "ignore" if spec.stdin == "ignore" else "pipe"
+        for index, mode in enumerate((stdin_mode, spec.stdout, spec.stderr)):
+            source = _stdio_source(mode, index, pipes)
+            if source is None:
+                layout.append(None)
+            else:
+                layout.append(len(sources))
+                sources.append(source)
+        request = {
+            "argv": [os.fsencode(arg) for arg in spec.argv],
+            "env": {os.fsencode(name): os.fsencode(value) for name, value in env.items()},
+            "cwd": None if cwd is None else os.fsencode(cwd),
+            "nice": spec.nice,
+            "stdio": layout,
+        }
+        try:
+            _send_frame(host_control, marshal.dumps(request), sources)
+        except OSError as exc:
+            raise SpawnerUnavailable("standby supervisor unreachable") from exc
+    except BaseException:
+        for fd in pipes.values():
+            os.close(fd)
+        host_control.close()
+        raise
+    finally:
+        for fd in sources:
+            os.close(fd)
+    try:
+        pid, supervisor_pid, early = _await_start(host_control, cwd)
+    except BaseException:
+        for fd in pipes.values():
+            os.close(fd)
+        host_control.close()
+        raise
+    finally:
+        submit(_spawner.refill, owner)  # after the spawn, so the fork never competes with it
+    child = SupervisedChild(pid, supervisor_pid, host_control, pipes)
+    child.take_early(early)
+    return child
+
+
+def _send_frame(sock: socket.socket, payload: bytes, fds: list[int]) -> None:
+    frame = _HEADER.pack(len(payload)) + payload
+    rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+    sent = sock.sendmsg([frame], rights)
+    if sent < len(frame):
+        sock.sendall(frame[sent:])
+
+
+def _await_start(control: socket.socket, cwd: str | None) -> tuple[int, int, bytes]:
+    """The supervisor's first report, and whatever later reports came with it."""
+    received = b""
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while b"\n" not in received:
+        remaining = deadline - time.monotonic()
+        readable, _, _ = select.select([control], [], [], max(0.0, remaining))
+        chunk = control.recv(_REPORT_SIZE) if readable else b""
+        if not chunk:
+            break
+        received += chunk
+    report, _, rest = received.partition(b"\n")
+    if report.startswith(b"S "):
+        pid, supervisor_pid = (int(part) for part in report[2:].split())
+        return pid, supervisor_pid, rest
+    if report.startswith(b"F "):
+        stage, _, code = report[2:].partition(b" ")
+        number = int(code or 0) or 0
+        message = os.strerror(number) if number else "spawn failed"
+        raise OSError(number, message, cwd if stage == b"cwd" else None)
+    raise SpawnerUnavailable("spawner gave no answer")
+
+
+def _reset_after_fork() -> None:
+    _spawner.reset_after_fork()
+    for child in list(_open_controls):
+        with contextlib.suppress(OSError):
+            child._control.close()
+    _open_controls.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)

@@ -1,0 +1,371 @@
+"""The spawner process: forks supervisors, and each supervisor holds one spawn's whole tree.
+
+Run as ``python -I -S _spawner_main.py <request fd> <owner id>`` by ``_spawner.py``; stdlib only,
+single-threaded, and never imported by the host.
+
+Why a separate process: setting ``PR_SET_CHILD_SUBREAPER`` between fork and exec needs a full
+fork of the host (``preexec_fn`` disables vfork), which costs 20 ms at 1 GB of host memory and
+95 ms at 4 GB. This process is small, so its forks are cheap, and they happen ahead of time: the
+host keeps a standby supervisor or two, so a spawn costs one request and one vfork-and-exec.
+
+- The **spawner** receives one control socket per request and forks a supervisor holding it. It
+  is itself a subreaper, so the tree of a supervisor that dies is reparented to it, and it kills
+  every such adoptee. It exits once the host's end of its socket closes (the host exited or
+  died) and it has no children left.
+- A **supervisor** waits on its control socket for one spawn request (framed like the spawner's,
+  with the stdio descriptors), sets ``PR_SET_CHILD_SUBREAPER``, and starts the program with
+  ``subprocess.Popen`` (vfork, new session, default signals). Every orphan below it, whatever
+  ``setsid``, double fork or ``env -i`` it used, is reparented to it and stays its descendant.
+  It reports, one line each::
+
+      S <pid> <own pid>   the program runs (and this supervisor's pid)
+      F <stage> <errno>   it could not start (stage: cwd, exec, request)
+      X <wait status>     the program exited (raw status, as from waitpid)
+      E                   nothing is left below the supervisor: the tree is gone
+
+  It accepts ``T`` (SIGTERM every descendant, once each) and ``K`` (SIGKILL every descendant,
+  again and again, until none is left). When the host's end closes it does ``K`` by itself, so a
+  host that dies, even by SIGKILL, takes its trees with it. ``E`` is structural proof of exit: a
+  supervisor with no child left to wait for has no descendant left, and a process whose main
+  thread exited while other threads run cannot be waited for until its last thread is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import marshal
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+_PR_SET_CHILD_SUBREAPER = 36
+_HEADER = struct.Struct("!I")
+_MAX_FDS = 4
+_MAX_REQUEST = 64 * 1024 * 1024
+_IDLE_S = 1.0
+_KILL_STEP_S = 0.005
+_DRAIN_LIMIT_S = 30.0
+_IMAGE_WAIT_S = 0.05
+
+
+_libc: ctypes.CDLL | None = None
+
+
+def _subreaper() -> None:
+    global _libc
+    libc = _libc = _libc or ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(ppid, start ticks) of ``pid``, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+        rest = data[data.rindex(b")") + 2 :].split()
+        return int(rest[1]), int(rest[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _descendants(root: int) -> dict[int, int]:
+    """pid -> start ticks of every process below ``root`` (one pass over /proc)."""
+    children: dict[int, list[tuple[int, int]]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            info = _stat(int(name))
+            if info is not None:
+                children.setdefault(info[0], []).append((int(name), info[1]))
+    found: dict[int, int] = {}
+    stack = [root]
+    while stack:
+        for pid, start in children.get(stack.pop(), ()):
+            if pid not in found:
+                found[pid] = start
+                stack.append(pid)
+    return found
+
+
+def _signal_all(members: dict[int, int], sig: int, sent: set[tuple[int, int]] | None) -> None:
+    for pid, start in members.items():
+        if sent is not None:
+            if (pid, start) in sent:
+                continue
+            sent.add((pid, start))
+        with contextlib.suppress(OSError):
+            os.kill(pid, sig)
+
+
+def _reap(wanted: int) -> tuple[int | None, bool]:
+    """Reap every exited child: (wait status of ``wanted`` if it was reaped, any child left)."""
+    status = None
+    while True:
+        try:
+            pid, raw = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return status, False
+        if pid == 0:
+            return status, True
+        if pid == wanted:
+            status = raw
+
+
+def _send(ctl: socket.socket, message: bytes) -> None:
+    with contextlib.suppress(OSError):  # the host is gone; the tree is killed all the same
+        ctl.send(message)
+
+
+def _ignore(*_: object) -> None:
+    """A no-op handler: unlike SIG_IGN, it is reset to the default by exec."""
+
+
+def _set_priority(pid: int, nice: object) -> None:
+    if not isinstance(nice, int):
+        return
+    try:
+        if nice > os.getpriority(os.PRIO_PROCESS, pid):
+            os.setpriority(os.PRIO_PROCESS, pid, nice)
+        if nice > 0:
+            with open(f"/proc/{pid}/autogroup", "w") as handle:
+                handle.write(str(nice))
+    except OSError:
+        pass  # priority is a preference, never a reason to fail a spawn
+
+
+def _start_program(request: dict[str, object], stdio: list[int | None]) -> subprocess.Popen[bytes]:
+    argv, env, cwd = request["argv"], request["env"], request["cwd"]
+    if not (
+        isinstance(argv, list)
+        and all(isinstance(arg, bytes) for arg in argv)
+        and isinstance(env, dict)
+        and (cwd is None or isinstance(cwd, bytes))
+    ):
+        raise TypeError("malformed request")
+    streams = [subprocess.DEVNULL if fd is None else fd for fd in stdio]
+    return subprocess.Popen(
+        argv,
+        env=env,
+        cwd=cwd,
+        stdin=streams[0],
+        stdout=streams[1],
+        stderr=streams[2],
+        start_new_session=True,
+        close_fds=True,
+        restore_signals=True,
+    )
+
+
+def _await_image(pid: int) -> None:
+    """Wait (briefly) until the program's environment is readable.
+
+    A vfork parent resumes as soon as the child's old memory is released, before the new image's
+    environment is in place; until then ``/proc/<pid>/environ`` reads empty and the tree marker
+    cannot be seen. Reporting the start only after it can keeps ``spawn()``'s promise simple.
+    """
+    deadline = time.monotonic() + _IMAGE_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                if handle.read(1):
+                    return
+        except OSError:
+            return  # gone already, or not ours to read
+        time.sleep(0.0001)
+
+
+def _supervise(ctl: socket.socket) -> None:
+    """A standby supervisor: wait for one request, run it, hold its tree until it is empty."""
+    received = None
+    with contextlib.suppress(OSError, ValueError, EOFError, TypeError):
+        received = _recv_request(ctl)
+    if received is None:
+        os._exit(0)  # the host no longer needs this standby
+    request, stdio_fds = received
+    layout = request.get("stdio")
+    if not isinstance(layout, list) or len(layout) != 3:
+        _send(ctl, b"F request 0\n")
+        os._exit(0)
+    stdio = [None if slot is None else stdio_fds[slot] for slot in layout]
+    _subreaper()
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, _ignore)
+    try:
+        program = _start_program(request, stdio)
+    except OSError as exc:
+        stage = b"cwd" if request["cwd"] is not None and exc.filename == request["cwd"] else b"exec"
+        _send(ctl, b"F %s %d\n" % (stage, exc.errno or 0))
+        os._exit(0)
+    except (ValueError, TypeError):
+        _send(ctl, b"F request 0\n")
+        os._exit(0)
+    finally:
+        for fd in stdio_fds:
+            os.close(fd)
+    pid = program.pid  # reaped by the loop below (waitpid), never through Popen
+    _await_image(pid)
+    me = os.getpid()
+    _send(ctl, b"S %d %d\n" % (pid, me))
+    _set_priority(pid, request.get("nice"))
+    termed: set[tuple[int, int]] = set()
+    killing = False
+    exited = False
+    while True:
+        status, left = _reap(pid)
+        if status is not None:
+            exited = True
+            _send(ctl, b"X %d\n" % status)
+        if exited and not left:
+            _send(ctl, b"E\n")
+            os._exit(0)
+        if killing:
+            _signal_all(_descendants(me), signal.SIGKILL, None)
+        timeout = _KILL_STEP_S if killing else _IDLE_S
+        readable, _, _ = select.select([ctl.fileno(), wake_r], [], [], timeout)
+        if wake_r in readable:
+            os.read(wake_r, 512)
+        if ctl.fileno() in readable:
+            try:
+                commands = ctl.recv(64)
+            except OSError:
+                commands = b""
+            if not commands:
+                killing = True  # the host is gone: nothing it started may outlive it
+            if b"T" in commands:
+                _signal_all(_descendants(me), signal.SIGTERM, termed)
+            if b"K" in commands:
+                killing = True
+
+
+def _recv_request(sock: socket.socket) -> tuple[dict[str, object], list[int]] | None:
+    """One framed request and its descriptors; None at end of stream."""
+    fds: list[int] = []
+    msg, ancdata, _, _ = sock.recvmsg(_HEADER.size, socket.CMSG_SPACE(_MAX_FDS * 4))
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(data) - len(data) % 4
+            fds.extend(struct.unpack(f"{usable // 4}i", data[:usable]))
+    while msg and len(msg) < _HEADER.size:
+        more = sock.recv(_HEADER.size - len(msg))
+        if not more:
+            break
+        msg += more
+    if len(msg) < _HEADER.size:
+        for fd in fds:
+            os.close(fd)
+        return None
+    (size,) = _HEADER.unpack(msg)
+    if size > _MAX_REQUEST:
+        raise ValueError("request too large")
+    payload = bytearray()
+    while len(payload) < size:
+        more = sock.recv(min(size - len(payload), 1 << 20))
+        if not more:
+            for fd in fds:
+                os.close(fd)
+            return None
+        payload += more
+    request = marshal.loads(bytes(payload))
+    if not isinstance(request, dict):
+        raise ValueError("malformed request")
+    return request, fds
+
+
+def _fork_supervisor(sock: socket.socket, ctl_fd: int) -> int:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            sock.close()
+            _supervise(socket.socket(fileno=ctl_fd))
+        finally:
+            os._exit(0)
+    os.close(ctl_fd)
+    return pid
+
+
+def _children(me: int) -> list[int]:
+    """Direct children of this process (cheap where the kernel lists them, else one /proc pass)."""
+    try:
+        found: list[int] = []
+        for tid in os.listdir(f"/proc/{me}/task"):
+            with open(f"/proc/{me}/task/{tid}/children", "rb") as handle:
+                found.extend(int(pid) for pid in handle.read().split())
+        return found
+    except (OSError, ValueError):
+        return [pid for pid, _ in _descendants(me).items() if (_stat(pid) or (0, 0))[0] == me]
+
+
+def _kill_adoptees(me: int, supervisors: set[int]) -> None:
+    """Kill every child that is not a live supervisor, with its tree: a dead supervisor's tree."""
+    adoptees = [pid for pid in _children(me) if pid not in supervisors]
+    if not adoptees:
+        return
+    below = _descendants(me)
+    doomed = {pid: below[pid] for pid in adoptees if pid in below}
+    for pid in adoptees:
+        doomed.update(_descendants(pid))
+    _signal_all(doomed, signal.SIGKILL, None)
+
+
+def _serve(sock: socket.socket) -> None:
+    me = os.getpid()
+    supervisors: set[int] = set()
+    drain_until: float | None = None
+    while True:
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            supervisors.discard(pid)
+        if drain_until is not None:
+            _kill_adoptees(me, supervisors)
+            if not _children(me) or time.monotonic() > drain_until:
+                return
+            time.sleep(0.02)
+            continue
+        readable, _, _ = select.select([sock], [], [], _IDLE_S)
+        if not readable:
+            # Adoptees appear only when a supervisor died with its tree still alive (a tool
+            # killed it): checked while idle, never on the request path.
+            _kill_adoptees(me, supervisors)
+            continue
+        try:
+            received = _recv_request(sock)
+        except (OSError, ValueError, EOFError, TypeError):
+            received = None
+        if received is None:
+            drain_until = time.monotonic() + _DRAIN_LIMIT_S
+            continue
+        _, fds = received
+        for fd in fds[1:]:
+            os.close(fd)
+        if not fds:
+            continue
+        try:
+            supervisors.add(_fork_supervisor(sock, fds[0]))
+        except OSError:
+            os.close(fds[0])  # the host sees the socket close and spawns without a supervisor
+
+
+def main() -> None:
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGQUIT):
+        signal.signal(sig, _ignore)  # only the host's exit ends the spawner and its supervisors
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    _subreaper()
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    _serve(sock)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,300 @@
+"""Containment: nothing a run starts outlives it, whatever its programs or tools do to escape.
+
+Every escapee here has an empty environment (no tree marker), leaves its session, or has a main
+thread that exited while another thread runs. Survivors are found by ``_survivors``, a walk of
+``/proc`` that looks at every thread and trusts none of dsh's own bookkeeping. Each escapee
+touches a ready file first, so no test passes because an escape never happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh.subprocess import (
+    Collect,
+    SpawnSpec,
+    SubprocessRuntime,
+    TeardownError,
+    marked_processes,
+)
+from dsh.subprocess.testing import describe_processes
+
+pytestmark = [pytest.mark.timeout(120)]
+
+HERE = Path(__file__).resolve().parent
+TRICKS = HERE / "escape_tricks.py"
+ESCAPES_IN_A_ROW = 20
+_DEAD = ("Z", "X", "x")
+
+
+def _survivors(nonce: str) -> list[int]:
+    """Pids with a live thread whose command line carries ``nonce`` (own walk of /proc)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            tids = [task.name for task in os.scandir(f"/proc/{entry.name}/task")]
+        except OSError:
+            continue
+        for tid in tids:
+            base = f"/proc/{entry.name}/task/{tid}"
+            try:
+                stat = Path(base, "stat").read_bytes()
+                state = stat[stat.rindex(b")") + 2 :].split()[0].decode()
+                cmdline = Path(base, "cmdline").read_bytes()
+            except (OSError, ValueError, IndexError):
+                continue
+            if state not in _DEAD and nonce.encode() in cmdline:
+                found.append(int(entry.name))
+                break
+    return sorted(found)
+
+
+def _ready(ready_dir: Path) -> list[str]:
+    return sorted(path.name for path in ready_dir.glob("*.ready"))
+
+
+async def _until(predicate: Any, what: str, limit: float = 20.0) -> None:
+    deadline = time.monotonic() + limit
+    while not await asyncio.to_thread(predicate):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def _nonce() -> str:
+    return f"contain-{uuid.uuid4().hex}"
+
+
+def _trick(mode: str, ready_dir: Path, nonce: str, **fields: Any) -> SpawnSpec:
+    argv = [sys.executable, str(TRICKS), mode, str(ready_dir), nonce]
+    return SpawnSpec(argv, **{"grace_ms": 500, "stdout": "pipe", **fields})
+
+
+async def _assert_none_survive(nonce: str) -> None:
+    left = await asyncio.to_thread(_survivors, nonce)
+    assert left == [], f"survivors: {describe_processes(left)}"
+
+
+# ---- dsh.subprocess on its own -------------------------------------------------------------
+
+
+async def test_empty_env_double_fork_escapes_never_survive_a_normal_finish(
+    tmp_path: Path,
+) -> None:
+    async with SubprocessRuntime() as runtime:
+        for round_ in range(ESCAPES_IN_A_ROW):
+            ready_dir = tmp_path / f"round-{round_}"
+            ready_dir.mkdir()
+            nonce = _nonce()
+            proc = await runtime.spawn(_trick("double-fork", ready_dir, nonce))
+            assert (await proc.wait()).exit_code == 0
+            await _until(lambda d=ready_dir: len(_ready(d)) == 1, "the escapee to run")
+            assert await asyncio.to_thread(_survivors, nonce), "the escapee must be running"
+            await proc.aclose()
+            await _assert_none_survive(nonce)
+
+
+async def test_double_fork_from_a_sigterm_handler_never_survives(tmp_path: Path) -> None:
+    async with SubprocessRuntime() as runtime:
+        for round_ in range(5):
+            ready_dir = tmp_path / f"round-{round_}"
+            ready_dir.mkdir()
+            nonce = _nonce()
+            proc = await runtime.spawn(_trick("on-sigterm", ready_dir, nonce))
+            assert proc.stdout is not None
+            assert await asyncio.wait_for(proc.stdout.readline(), 10) == b"armed\n"
+            await proc.aclose()
+            await _assert_none_survive(nonce)
+            # The handler ran and its escapee started, or was killed before it could touch its
+            # file; either way nothing of it is left.
+            assert (await proc.wait()).exit_code == 0
+
+
+async def test_half_exited_direct_child_is_alive_until_killed(tmp_path: Path) -> None:
+    nonce = _nonce()
+    async with SubprocessRuntime() as runtime:
+        proc = await runtime.spawn(_trick("half-exit", tmp_path, nonce))
+        await _until(lambda: len(_ready(tmp_path)) == 1, "the lingering thread")
+        await asyncio.sleep(0.3)  # the main thread has exited by now
+        stat = await asyncio.to_thread(Path(f"/proc/{proc.pid}/stat").read_text)
+        assert stat[stat.rindex(")") + 2] == "Z", "the main thread must have exited"
+        assert await asyncio.to_thread(_survivors, nonce) == [proc.pid]
+        assert proc.pid in marked_processes(proc.tree_id), "a half-exited process is seen"
+        [line] = describe_processes([proc.pid])
+        assert "(gone)" not in line
+        assert not proc.tree_gone
+        began = time.monotonic()
+        await proc.aclose()  # raises TeardownError if it believes the process is unkillable
+        assert time.monotonic() - began < 3.0
+        await _assert_none_survive(nonce)
+        assert (await proc.wait()).signal in ("SIGTERM", "SIGKILL")
+
+
+async def test_half_exited_grandchild_holds_aclose_until_it_is_gone(tmp_path: Path) -> None:
+    nonce = _nonce()
+    async with SubprocessRuntime() as runtime:
+        proc = await runtime.spawn(_trick("half-exit-child", tmp_path, nonce))
+        assert (await proc.wait()).exit_code == 0
+        await _until(lambda: len(_ready(tmp_path)) == 1, "the lingering thread")
+        await asyncio.sleep(0.3)
+        [pid] = await asyncio.to_thread(_survivors, nonce)
+        assert not proc.tree_gone, "a half-exited grandchild keeps the tree alive"
+        assert not await proc.wait_for_exit(0.2)
+        try:
+            await proc.aclose()
+        except TeardownError as exc:  # pragma: no cover - the failure this test exists for
+            raise AssertionError("aclose() could not take the grandchild down") from exc
+        await _assert_none_survive(nonce)
+        assert pid not in await asyncio.to_thread(_survivors, nonce)
+
+
+async def test_reap_orphans_in_a_fresh_process_after_host_sigkill(tmp_path: Path) -> None:
+    """A host that saw an empty-env escapee dies by SIGKILL; a fresh process cleans up."""
+    nonce = _nonce()
+    host_code = (
+        "import asyncio, json, sys\n"
+        "from dsh.subprocess import SpawnSpec, default_runtime\n"
+        "async def main():\n"
+        "    argv = [sys.executable, sys.argv[1], 'on-sigterm', sys.argv[2], sys.argv[3]]\n"
+        "    proc = await default_runtime().spawn(SpawnSpec(argv, stdout='pipe'))\n"
+        "    assert await proc.stdout.readline() == b'armed\\n'\n"
+        "    dfork = [sys.executable, sys.argv[1], 'double-fork', sys.argv[2], sys.argv[3]]\n"
+        "    second = await default_runtime().spawn(SpawnSpec(dfork))\n"
+        "    await second.wait()\n"
+        "    await asyncio.sleep(0.5)  # sampled: the host has observed its escapee\n"
+        "    print(json.dumps([proc.tree_id, second.tree_id]), flush=True)\n"
+        "    await asyncio.sleep(60)\n"
+        "asyncio.run(main())\n"
+    )
+    async with SubprocessRuntime() as runtime:
+        host = await runtime.spawn(
+            SpawnSpec(
+                [sys.executable, "-c", host_code, str(TRICKS), str(tmp_path), nonce],
+                stdout="pipe",
+                stderr=Collect(4096),
+            )
+        )
+        assert host.stdout is not None
+        line = await asyncio.wait_for(host.stdout.readline(), 20)
+        assert line, host.collected("stderr").text
+        tree_ids = json.loads(line)
+        await _until(lambda: len(_ready(tmp_path)) == 1, "the empty-env escapee")
+        assert len(await asyncio.to_thread(_survivors, nonce)) >= 2
+        os.kill(host.pid, signal.SIGKILL)
+        assert (await host.wait()).signal == "SIGKILL"
+        reaper_code = "from dsh.subprocess import reap_orphans\nreap_orphans()\n"
+        reaper = await runtime.spawn(SpawnSpec([sys.executable, "-c", reaper_code]))
+        assert (await reaper.wait()).exit_code == 0
+        await reaper.aclose()
+        await _until(lambda: _survivors(nonce) == [], "every escapee to be gone", limit=5.0)
+        for tree_id in tree_ids:
+            assert marked_processes(tree_id) == []
+        await host.aclose()
+
+
+# ---- the real products: a model's tool command tries to escape -----------------------------
+
+
+def _escape_command(ready_dir: Path, nonce: str, how: str, then_sleep: bool, linger: str) -> str:
+    """A tool command whose escapee has an empty env; ``linger`` runs after it starts.
+
+    Codex ends a command's process group when its shell exits, which takes a plain ``&`` child
+    down before it runs, so for Codex the shell lingers a second; Claude Code's Bash tool leaves
+    the group alone, and there the shell returns at once, as a model's ``nohup … &`` would.
+    """
+    program = f"{sys.executable} {TRICKS} sleep {ready_dir} {nonce}"
+    if how == "setsid":
+        start = f"setsid -f env -i {program} >/dev/null 2>&1"
+    else:
+        start = f"nohup env -i {program} >/dev/null 2>&1 &{linger}"
+    return f"{start}\nsleep 30" if then_sleep else start
+
+
+CASES = [
+    pytest.param(how, cancel, id=f"{how}-{'cancel' if cancel else 'finish'}")
+    for how in ("setsid", "nohup")
+    for cancel in (False, True)
+]
+
+
+@pytest.mark.real_product
+@pytest.mark.parametrize(("how", "cancel"), CASES)
+async def test_codex_tool_escapes_never_survive(
+    kit: Any, codex: Any, tmp_path: Path, how: str, cancel: bool
+) -> None:
+    from dsh.subagent import StopReason
+    from dsh.subagent_codex.testing import FunctionCallItem, Reply, Stall
+
+    nonce = _nonce()
+    ready_dir = tmp_path / "ready"
+    ready_dir.mkdir()
+    command = {
+        "cmd": _escape_command(ready_dir, nonce, how, then_sleep=cancel, linger=" sleep 1"),
+        "login": False,
+        "yield_time_ms": 30_000,
+    }
+    codex.server.queue(Reply((FunctionCallItem("exec_command", command),)))
+    if cancel:
+        codex.server.queue(Stall((), seconds=60))
+    else:
+        codex.server.queue_message("started it")
+    provider = codex.provider(permission_mode="dangerously-bypass-approvals-and-sandbox")
+    run = await provider.start(codex.request("start a server"))
+    try:
+        await _until(lambda: len(_ready(ready_dir)) == 1, "the escapee to run", limit=60)
+        if cancel:
+            run.cancel()
+            result = await run.result()
+            assert result.stop_reason is StopReason.ABORTED
+        else:
+            result = await run.result()
+            assert result.stop_reason is StopReason.COMPLETED, result.diagnostic
+    finally:
+        await run.aclose()
+    await _assert_none_survive(nonce)
+    assert await asyncio.to_thread(kit.own_marked) == []
+
+
+@pytest.mark.real_product
+@pytest.mark.parametrize(("how", "cancel"), CASES)
+async def test_claude_code_tool_escapes_never_survive(
+    kit: Any, claude: Any, tmp_path: Path, how: str, cancel: bool
+) -> None:
+    from dsh.subagent import StopReason
+
+    nonce = _nonce()
+    ready_dir = tmp_path / "ready"
+    ready_dir.mkdir()
+    command = _escape_command(ready_dir, nonce, how, then_sleep=cancel, linger="")
+    claude.server.queue_tool_use("Bash", {"command": command, "description": "start a server"})
+    if cancel:
+        claude.server.queue_stall()
+    else:
+        claude.server.queue_text("started it")
+    provider = claude.provider(permission_mode="bypassPermissions", env={"IS_SANDBOX": "1"})
+    run = await provider.start(claude.request("start a server"))
+    try:
+        await _until(lambda: len(_ready(ready_dir)) == 1, "the escapee to run", limit=60)
+        if cancel:
+            run.cancel()
+            result = await run.result()
+            assert result.stop_reason is StopReason.ABORTED
+        else:
+            result = await run.result()
+            assert result.stop_reason is StopReason.COMPLETED, result.diagnostic
+    finally:
+        await run.aclose()
+    await _assert_none_survive(nonce)
+    assert await asyncio.to_thread(kit.own_marked) == []
