@@ -3,7 +3,8 @@
 ``crash_host.py codex <base_url> <codex_home> <workspace> <task>`` or
 ``crash_host.py claude-code <base_url> <root> <workspace> <task>``: starts the run through the
 provider (the loopback model server belongs to the test), prints ``started`` once ``start()``
-returned, and sleeps (bounded) so the test can SIGKILL it mid-run.
+returned, and sleeps (bounded) so the test can SIGKILL it mid-run. A seventh argument ``plain``
+spawns without supervisors (dsh.subprocess's fallback), so the tree outlives the host.
 """
 
 import asyncio
@@ -49,4 +50,8 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[6:] == ["plain"]:
+        from dsh.subprocess import _process
+
+        _process._SUPERVISED = False
     asyncio.run(main())

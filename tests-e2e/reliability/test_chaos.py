@@ -39,10 +39,10 @@ from dsh.subagent_codex.testing import (
 from dsh.subprocess import SpawnSpec, SubprocessRuntime
 from dsh.subprocess.testing import describe_processes
 
-pytestmark = [pytest.mark.real_product, pytest.mark.timeout(280)]
+pytestmark = [pytest.mark.real_product, pytest.mark.timeout(900)]
 
-CODEX_RUNS = 30
-CLAUDE_RUNS = 20
+CODEX_RUNS = 110
+CLAUDE_RUNS = 90
 CONCURRENCY = 5
 RUN_LIMIT_S = 60.0
 FD_TOLERANCE = 4

@@ -22,6 +22,7 @@ import pytest
 
 from dsh.subprocess import (
     Collect,
+    ManagedProcess,
     SpawnSpec,
     SubprocessRuntime,
     TeardownError,
@@ -160,6 +161,21 @@ async def test_half_exited_grandchild_holds_aclose_until_it_is_gone(tmp_path: Pa
         assert pid not in await asyncio.to_thread(_survivors, nonce)
 
 
+async def _start_host(
+    runtime: SubprocessRuntime, code: str, ready_dir: Path, nonce: str
+) -> tuple[ManagedProcess, bytes]:
+    """A host program (``code``) spawned through ``runtime``, and the first line it prints."""
+    host = await runtime.spawn(
+        SpawnSpec(
+            [sys.executable, "-c", code, str(TRICKS), str(ready_dir), nonce],
+            stdout="pipe",
+            stderr=Collect(4096),
+        )
+    )
+    assert host.stdout is not None
+    return host, await asyncio.wait_for(host.stdout.readline(), 20)
+
+
 async def test_reap_orphans_in_a_fresh_process_after_host_sigkill(tmp_path: Path) -> None:
     """A host that saw an empty-env escapee dies by SIGKILL; a fresh process cleans up."""
     nonce = _nonce()
@@ -179,15 +195,7 @@ async def test_reap_orphans_in_a_fresh_process_after_host_sigkill(tmp_path: Path
         "asyncio.run(main())\n"
     )
     async with SubprocessRuntime() as runtime:
-        host = await runtime.spawn(
-            SpawnSpec(
-                [sys.executable, "-c", host_code, str(TRICKS), str(tmp_path), nonce],
-                stdout="pipe",
-                stderr=Collect(4096),
-            )
-        )
-        assert host.stdout is not None
-        line = await asyncio.wait_for(host.stdout.readline(), 20)
+        host, line = await _start_host(runtime, host_code, tmp_path, nonce)
         assert line, host.collected("stderr").text
         tree_ids = json.loads(line)
         await _until(lambda: len(_ready(tmp_path)) == 1, "the empty-env escapee")
@@ -201,6 +209,62 @@ async def test_reap_orphans_in_a_fresh_process_after_host_sigkill(tmp_path: Path
         await _until(lambda: _survivors(nonce) == [], "every escapee to be gone", limit=5.0)
         for tree_id in tree_ids:
             assert marked_processes(tree_id) == []
+        await host.aclose()
+
+
+def _spawner_side(root: int) -> list[int]:
+    """The spawner and supervisors below ``root`` (their argv names the spawner script)."""
+    import psutil
+
+    found = []
+    for proc in psutil.Process(root).children(recursive=True):
+        try:
+            if any(part.endswith("_spawner_main.py") for part in proc.cmdline()):
+                found.append(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+async def test_reap_orphans_uses_the_member_record_when_all_of_dsh_died(tmp_path: Path) -> None:
+    """Host, spawner and supervisor all SIGKILLed at once: only the on-disk record is left."""
+    nonce = _nonce()
+    host_code = (
+        "import asyncio, sys\n"
+        "from dsh.subprocess import SpawnSpec, default_runtime\n"
+        "async def main():\n"
+        "    dfork = [sys.executable, sys.argv[1], 'double-fork', sys.argv[2], sys.argv[3]]\n"
+        "    proc = await default_runtime().spawn(SpawnSpec(dfork))\n"
+        "    await proc.wait()\n"
+        "    await asyncio.sleep(0.5)  # sampled: the host has recorded its unmarked escapee\n"
+        "    print('observed', flush=True)\n"
+        "    await asyncio.sleep(60)\n"
+        "asyncio.run(main())\n"
+    )
+    async with SubprocessRuntime() as runtime:
+        host, line = await _start_host(runtime, host_code, tmp_path, nonce)
+        assert line == b"observed\n", host.collected("stderr").text
+        [ready] = _ready(tmp_path)
+        escapee = int(ready.split(".")[0])
+        assert escapee in await asyncio.to_thread(_survivors, nonce)
+        helpers = await asyncio.to_thread(_spawner_side, host.pid)
+        assert helpers, "the host spawns through a spawner"
+        for pid in helpers:  # frozen first, so none of them can react to the host's death
+            os.kill(pid, signal.SIGSTOP)
+        os.kill(host.pid, signal.SIGKILL)
+        for pid in helpers:
+            os.kill(pid, signal.SIGKILL)
+        assert (await host.wait()).signal == "SIGKILL"
+        await asyncio.sleep(0.2)
+        assert escapee in await asyncio.to_thread(_survivors, nonce), "nothing else kills it"
+        reaper_code = "from dsh.subprocess import reap_orphans\nprint(reap_orphans())\n"
+        reaper = await runtime.spawn(
+            SpawnSpec([sys.executable, "-c", reaper_code], stdout=Collect(4096))
+        )
+        assert (await reaper.wait()).exit_code == 0
+        assert escapee in json.loads(reaper.collected("stdout").text)
+        await reaper.aclose()
+        await _until(lambda: _survivors(nonce) == [], "the recorded escapee to be gone", 5.0)
         await host.aclose()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -9,6 +10,7 @@ import threading
 import time
 
 from dsh.subprocess._procfs import (
+    _IS_LINUX,
     ProcInfo,
     Snapshot,
     is_own,
@@ -17,6 +19,8 @@ from dsh.subprocess._procfs import (
     scan,
     send_signal,
 )
+from dsh.subprocess._record import owner_records
+from dsh.subprocess._spawner import SPAWNER_SCRIPT_NAME
 from dsh.subprocess._workers import offload
 
 __all__ = ["marked_processes", "parse_marker", "reap_orphans", "reap_orphans_once"]
@@ -70,13 +74,37 @@ def _owner_alive(owner: tuple[int, float], cache: dict[tuple[int, float], bool])
     return alive
 
 
-def _orphan_members(snap: Snapshot, owners: dict[tuple[int, float], bool]) -> list[ProcInfo]:
+def _spawner_owner(pid: int) -> tuple[int, float] | None:
+    """The owner a spawner or supervisor process names in its argv, or None for any other."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:  # noqa: PTH123 - one small read
+            argv = handle.read(4096).split(b"\0")
+    except OSError:
+        return None
+    if len(argv) < 4 or not argv[-4].endswith(SPAWNER_SCRIPT_NAME.encode()):
+        return None
+    return parse_marker(argv[-2].decode("ascii", "replace") + ":spawner")
+
+
+def _orphan_members(
+    snap: Snapshot,
+    owners: dict[tuple[int, float], bool],
+    recorded: set[tuple[int, float]],
+) -> list[ProcInfo]:
+    """Everything to kill: trees of dead owners by marker, by spawner, or by member record."""
     procs = snap.procs
     orphaned: set[int] = set()
     for pid, marker in snap.markers.items():
         owner = parse_marker(marker)
         if owner is not None and not _owner_alive(owner, owners):
             orphaned.add(pid)
+    for pid, info in procs.items():
+        if (pid, info.start) in recorded:
+            orphaned.add(pid)
+        elif _IS_LINUX and not info.zombie and not is_own(info):
+            owner = _spawner_owner(pid)
+            if owner is not None and not _owner_alive(owner, owners):
+                orphaned.add(pid)
     members = set(orphaned)
     for pid in orphaned:
         info = procs[pid]
@@ -95,16 +123,26 @@ def _orphan_members(snap: Snapshot, owners: dict[tuple[int, float], bool]) -> li
 def reap_orphans() -> list[int]:
     """SIGKILL the trees of processes whose marker names a dead (or pid-reused) owner.
 
+    Also the trees below a dead owner's spawner and supervisors (they survive only if something
+    stopped them from cleaning up), and every member a dead owner recorded without a marker
+    (``_record``), matched by pid and start time.
+
     Returns the pids signalled, sorted. Blocks briefly (process-table scans, at most about a
     second of confirmation); async callers may use ``asyncio.to_thread(reap_orphans)``.
     """
     owners: dict[tuple[int, float], bool] = {}
     killed: dict[int, ProcInfo] = {}
+    recorded: set[tuple[int, float]] = set()
+    finished_records = []
+    for path, owner, members in owner_records():
+        if not _owner_alive(owner, owners):
+            recorded.update(members)
+            finished_records.append(path)
     deadline = time.monotonic() + 1.0
     while True:
         fresh = [
             info
-            for info in _orphan_members(scan(0.0), owners)
+            for info in _orphan_members(scan(0.0), owners, recorded)
             if killed.get(info.pid) is None or killed[info.pid].start != info.start
         ]
         for info in fresh:
@@ -115,6 +153,9 @@ def reap_orphans() -> list[int]:
         time.sleep(0.01)
     while time.monotonic() < deadline and any(_alive(info) for info in killed.values()):
         time.sleep(0.01)
+    for path in finished_records:
+        with contextlib.suppress(OSError):
+            path.unlink()
     return sorted(killed)
 
 

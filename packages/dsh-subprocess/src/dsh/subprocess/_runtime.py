@@ -11,6 +11,7 @@ from types import TracebackType
 
 from dsh.subprocess._process import ManagedProcess, launch
 from dsh.subprocess._procfs import scan
+from dsh.subprocess._record import record
 from dsh.subprocess._spec import SpawnSpec
 from dsh.subprocess.errors import SpawnError, TeardownError
 
@@ -38,6 +39,7 @@ def _unregister(proc: ManagedProcess) -> None:
         if not _registry and _hook_pid is not None:
             atexit.unregister(_kill_live_trees_at_exit)
             _hook_pid = None
+            record.remove()  # no live tree is left for a crash to orphan
 
 
 def _kill_all_sync(procs: list[ManagedProcess]) -> None:
@@ -60,6 +62,7 @@ def _kill_live_trees_at_exit() -> None:
         with _registry_lock:
             procs = list(_registry.values())
         _kill_all_sync(procs)
+        record.remove()
     except BaseException:  # an exit hook must never print or alter the exit status
         pass
 

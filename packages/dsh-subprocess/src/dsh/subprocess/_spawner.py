@@ -27,14 +27,21 @@ from pathlib import Path
 from dsh.subprocess._spec import SpawnSpec, StreamSpec
 from dsh.subprocess._workers import submit
 
-__all__ = ["SPAWNER_OWNER_ENV", "SpawnerUnavailable", "SupervisedChild", "spawn_supervised"]
+__all__ = [
+    "SPAWNER_OWNER_ENV",
+    "SPAWNER_SCRIPT_NAME",
+    "SpawnerUnavailable",
+    "SupervisedChild",
+    "spawn_supervised",
+]
 
 _log = logging.getLogger("dsh.subprocess")
 
 SPAWNER_OWNER_ENV = "DSH_SPAWNER_OWNER"
 """Carried by the spawner and its supervisors: ``<owner pid>:<owner start time>``."""
 
-_SCRIPT = Path(__file__).with_name("_spawner_main.py")
+SPAWNER_SCRIPT_NAME = "_spawner_main.py"
+_SCRIPT = Path(__file__).with_name(SPAWNER_SCRIPT_NAME)
 _HEADER = struct.Struct("!I")
 _START_TIMEOUT_S = 10.0
 _REPORT_SIZE = 256

@@ -9,6 +9,9 @@ Under a supervisor (``_spawner_main``) the tree is also everything below the sup
 whatever ``setsid``, double fork or ``env -i`` it used. The anchor is never a member itself, and
 the tree is gone only once the supervisor has also reported that nothing is left below it.
 
+Members seen without the marker are written to the host's member record (``_record``), so that
+``reap_orphans()`` can find them after the host, its spawner and their supervisor all died.
+
 The groups and sessions that members lead or join are watched too, until one is seen empty (its
 id may then be reused, so it is never watched again). That closes a race the marker alone leaves
 open: a member forks a child and dies, the child is reparented before any snapshot showed it as a
@@ -23,6 +26,7 @@ import threading
 import time
 
 from dsh.subprocess._procfs import ProcInfo, Snapshot, is_own, killpg, send_signal
+from dsh.subprocess._record import record
 
 __all__ = ["Tree"]
 
@@ -110,6 +114,13 @@ class Tree:
             if found <= self._groups:
                 break
             self._groups |= found
+        unmarked = [
+            (pid, info.start)
+            for pid, info in members.items()
+            if pid not in self._known and not info.zombie and snap.markers.get(pid) != self.marker
+        ]
+        if unmarked:
+            record.add(self.marker.rpartition(":")[0], unmarked)
         for pid, info in members.items():
             self._known[pid] = info.start
         return {pid: info for pid, info in members.items() if not info.zombie and not is_own(info)}
