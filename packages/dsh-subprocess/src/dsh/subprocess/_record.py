@@ -7,10 +7,11 @@ such member it observes is appended here as ``<pid> <start ticks>``; ``reap_orph
 later process kills the ones still alive (same pid *and* start, so never a reused pid) for every
 record whose host is dead, then removes the record.
 
-One file per host process, ``<pid>-<create time>.members``, in a private directory
-(``$XDG_RUNTIME_DIR/dsh`` when that is ours, else ``<tempdir>/dsh-<uid>``, mode 0700, never
-followed through a symlink). Writes happen only when an unmarked member is first seen, which is
-rare: descendants inherit the marker unless they clean their environment.
+One file per host process, ``<pid>-<create time>.members``, in a private directory:
+``$XDG_RUNTIME_DIR/dsh``, else ``/tmp/dsh-<uid>`` whatever ``TMPDIR`` says (mode 0700, never
+followed through a symlink; the directory stays once created). Writes happen only when an
+unmarked member is first seen, which is rare: descendants inherit the marker unless they clean
+their environment.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import contextlib
 import logging
 import os
 import stat
-import tempfile
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -34,8 +34,9 @@ _MAX_BYTES = 1 << 20
 
 def _private_dir() -> Path | None:
     """The record directory, created if needed; None when it is not safely ours."""
+    # A fixed place, not TMPDIR: a reaper whose TMPDIR differs from the dead host's must find it.
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    base = Path(runtime) / "dsh" if runtime else Path(tempfile.gettempdir()) / f"dsh-{os.getuid()}"
+    base = Path(runtime) / "dsh" if runtime else Path("/tmp") / f"dsh-{os.getuid()}"
     with contextlib.suppress(FileExistsError):
         base.mkdir(mode=0o700)
     try:

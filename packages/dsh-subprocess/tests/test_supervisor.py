@@ -1,0 +1,139 @@
+"""The spawner and its supervisors: lineage, exit proof, and what happens when they are attacked."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from dsh.subprocess import SpawnError, SpawnSpec, SubprocessRuntime, marked_processes
+from dsh.subprocess import _process as process_module
+from dsh.subprocess import _spawner as spawner_module
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+
+# The child leaves its session with a grandchild that has an empty environment, then exits.
+ESCAPE = (
+    "import os, sys, time\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    if os.fork() == 0:\n"
+    "        os.execve(sys.executable, [sys.executable, '-c', 'import time; time.sleep(30)',"
+    " 'supervisor-escapee'], {})\n"
+    "    os._exit(0)\n"
+    "print('forked', flush=True)\n"
+    "time.sleep(30)\n"
+)
+
+
+def _escapees() -> list[int]:
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and "supervisor-escapee" in (
+            proc.info["cmdline"] or ()
+        ):
+            found.append(proc.pid)
+    return found
+
+
+async def _until(predicate: object, limit: float = 5.0) -> bool:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if await asyncio.to_thread(predicate):  # type: ignore[arg-type]
+            return True
+        await asyncio.sleep(0.02)
+    return False
+
+
+async def test_an_escapee_stays_a_descendant_of_the_supervisor(runtime: SubprocessRuntime) -> None:
+    proc = await runtime.spawn(SpawnSpec([sys.executable, "-c", ESCAPE], stdout="pipe"))
+    assert proc.stdout is not None
+    assert await proc.stdout.readline() == b"forked\n"
+    assert await _until(lambda: len(_escapees()) == 1)
+    [escapee] = _escapees()
+    supervisor = proc._supervised
+    assert supervisor is not None
+    assert psutil.Process(escapee).ppid() == supervisor.supervisor_pid
+    assert psutil.Process(escapee).environ() == {}
+    await proc.aclose()
+    assert _escapees() == []
+
+
+async def test_a_killed_supervisor_hands_its_tree_to_the_spawner_which_kills_it(
+    runtime: SubprocessRuntime,
+) -> None:
+    proc = await runtime.spawn(SpawnSpec([sys.executable, "-c", ESCAPE], stdout="pipe"))
+    assert proc.stdout is not None
+    assert await proc.stdout.readline() == b"forked\n"
+    assert await _until(lambda: len(_escapees()) == 1)
+    supervisor = proc._supervised
+    assert supervisor is not None
+    os.kill(supervisor.supervisor_pid, signal.SIGKILL)  # what a hostile tool could do
+    assert await _until(lambda: _escapees() == [] and not psutil.pid_exists(proc.pid), 3.0)
+    await proc.aclose()
+    assert marked_processes(proc.tree_id) == []
+
+
+async def test_a_killed_spawner_is_replaced_on_the_next_spawn(runtime: SubprocessRuntime) -> None:
+    first = await runtime.spawn(SpawnSpec(["true"]))
+    await first.aclose()
+    spawner = spawner_module._spawner._process
+    assert spawner is not None
+    assert spawner.poll() is None
+    spawner.kill()
+    spawner.wait()
+    second = await runtime.spawn(SpawnSpec([sys.executable, "-c", "print('again')"]))
+    assert second.stdout is not None
+    assert await second.stdout.read() == b"again\n"
+    assert (await second.wait()).exit_code == 0
+    await second.aclose()
+    replacement = spawner_module._spawner._process
+    assert replacement is not None
+    assert replacement.pid != spawner.pid
+
+
+async def test_spawn_errors_are_the_same_under_a_supervisor(
+    runtime: SubprocessRuntime, tmp_path: Path
+) -> None:
+    with pytest.raises(SpawnError, match=r"executable not found \(argv\[0\]\)"):
+        await runtime.spawn(SpawnSpec(["/nonexistent/program"]))
+    not_executable = tmp_path / "plain.txt"
+    await asyncio.to_thread(not_executable.write_text, "x")
+    with pytest.raises(SpawnError, match="executable not permitted"):
+        await runtime.spawn(SpawnSpec([str(not_executable)]))
+
+
+async def test_the_fallback_without_a_supervisor_still_works(
+    runtime: SubprocessRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(process_module, "_SUPERVISED", False)
+    proc = await runtime.spawn(SpawnSpec([sys.executable, "-c", "print('plain')"]))
+    assert proc._supervised is None
+    assert proc.stdout is not None
+    assert await proc.stdout.read() == b"plain\n"
+    assert (await proc.wait()).exit_code == 0
+    await proc.aclose()
+
+
+async def test_the_product_gets_default_signal_dispositions(runtime: SubprocessRuntime) -> None:
+    code = (
+        "import signal\n"
+        "print(signal.getsignal(signal.SIGHUP) is signal.SIG_DFL,"
+        " signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)\n"
+    )
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
+    with spawner_module._spawner._lock:
+        spawner_module._spawner._discard()  # the next spawn starts a spawner under SIG_IGN
+    try:
+        proc = await runtime.spawn(SpawnSpec([sys.executable, "-c", code]))
+        assert proc.stdout is not None
+        assert await proc.stdout.read() == b"True True\n"
+        await proc.aclose()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
