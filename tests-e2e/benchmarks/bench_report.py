@@ -194,6 +194,12 @@ def print_report(report: dict[str, Any]) -> None:
         f"dsh benchmarks — {meta['runs']} rounds, {meta['cpus']} CPUs, "
         f"load {meta['load_before']} → {meta['load_after']}, {meta['date']}"
     )
+    cost = meta.get("spawn_cost_ms")
+    if cost:
+        console.print(
+            f"spawn() of /bin/true, median of {cost['samples']}: supervised "
+            f"{cost['supervised']} ms, plain Popen {cost['plain']} ms, added {cost['added']} ms"
+        )
     for product, s in report["products"].items():
         table = Table(title=f"{product}: median ms unless noted, \\[min-max]")
         table.add_column("metric")

@@ -43,6 +43,7 @@ from bench_report import (
     print_report,
     summarize,
 )
+from spawn_cost import spawn_cost_ms
 
 from dsh.subagent import Descriptor, Parent, ResolvedStartRequest, StopReason, TextBlock
 from dsh.subagent_claude_code import ClaudeCodeProvider, ClaudeCodeProviderConfig
@@ -58,6 +59,7 @@ from dsh.subprocess import (
     default_runtime,
     marked_processes,
 )
+from dsh.subprocess.testing import spawner_processes
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_JSON = HERE / "results" / "latest.json"
@@ -650,6 +652,7 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         await asyncio.to_thread(importlib.import_module, "openai_codex")
         await asyncio.to_thread(importlib.import_module, "claude_agent_sdk")
     load_before = [round(x, 2) for x in os.getloadavg()]
+    spawn_cost = await spawn_cost_ms()
     servers = await ModelServers.start()
     benches: dict[Product, Bench] = {}
     results: dict[Product, Results] = {}
@@ -674,7 +677,12 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     finally:
         await servers.aclose()
     leftovers = await asyncio.to_thread(_our_leftovers)
-    children = [p.pid for p in psutil.Process().children(recursive=True) if _alive(p.pid)]
+    infrastructure = set(await asyncio.to_thread(spawner_processes, os.getpid()))
+    children = [
+        p.pid
+        for p in psutil.Process().children(recursive=True)
+        if _alive(p.pid) and p.pid not in infrastructure
+    ]
     return {
         "meta": {
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -699,6 +707,7 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                     "claude-agent-sdk",
                 )
             },
+            "spawn_cost_ms": spawn_cost,
             "leftover_marked_processes": leftovers,
             "leftover_children": children,
         },

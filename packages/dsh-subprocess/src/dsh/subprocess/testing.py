@@ -1,5 +1,6 @@
 """Helpers for test suites that check no process tree outlived its test.
 
+``spawner_processes`` lists dsh's own spawner and supervisors, to leave out of such checks.
 ``describe_processes`` turns the pids a leak guard found into lines that say what leaked (name,
 state, parent, the start of its command line, its tree marker), so a rare leak in CI can be
 traced from the failure message alone. Test-only: the lines may hold paths and arguments.
@@ -13,8 +14,9 @@ from pathlib import Path
 import psutil
 
 from dsh.subprocess._procfs import TREE_MARKER_ENV, live_thread
+from dsh.subprocess._spawner import SPAWNER_SCRIPT_NAME
 
-__all__ = ["describe_processes"]
+__all__ = ["describe_processes", "spawner_processes"]
 
 
 def describe_processes(pids: list[int]) -> list[str]:
@@ -58,3 +60,18 @@ def _from_thread(pid: int, tid: int) -> tuple[str, str]:
         if name == TREE_MARKER_ENV.encode():
             marker = value.decode(errors="replace")
     return command, marker
+
+
+def spawner_processes(owner_pid: int | None = None) -> list[int]:
+    """Pids of dsh.subprocess's spawner and supervisors (of ``owner_pid``'s spawner if given).
+
+    They are infrastructure, not tree members: a check for leftover children of a host that is
+    still running should leave them out (they exit once the host does).
+    """
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        argv = proc.info["cmdline"] or []
+        ours = owner_pid is None or (argv[-1:] and argv[-1].split(":", 1)[0] == str(owner_pid))
+        if len(argv) >= 3 and argv[-3].endswith(SPAWNER_SCRIPT_NAME) and ours:
+            found.append(proc.pid)
+    return sorted(found)
