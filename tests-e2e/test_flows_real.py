@@ -41,7 +41,7 @@ FAILURES = {
     CODEX: "Product subagent failure (product: Codex; stage: turn; category: "
     "httpConnectionFailed; HTTP status: 503)",
     CLAUDE: "Product subagent failure (product: Claude Code; stage: query-run; category: "
-    "authentication; HTTP status: 401)",
+    "authentication; HTTP status: 401; exit code: 1)",
 }
 SECRET_BODY = "flows-secret-error-body-3f9a"
 
