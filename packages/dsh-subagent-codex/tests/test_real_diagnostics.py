@@ -98,3 +98,29 @@ async def test_a_turn_start_the_product_drops_settles_instead_of_waiting_forever
     assert result.output == ()
     assert result.diagnostic == _line("turn-start", "unknown")
     assert codex_env.server.requests == []
+
+
+async def test_a_kill_after_a_final_answer_keeps_the_answer_with_the_process_exit(
+    codex_env: Env,
+) -> None:
+    command = {"cmd": "sleep 30", "login": False, "yield_time_ms": 20000}
+    codex_env.server.queue(
+        Reply(
+            (
+                MessageItem("answered before the kill", "final_answer"),
+                FunctionCallItem("exec_command", command),
+            )
+        )
+    )
+    run = await codex_env.provider(stderr="discard").start(codex_env.request("t"))
+    try:
+        async with asyncio.timeout(30):
+            while run._final is None:  # the final answer's item/completed has been read
+                await asyncio.sleep(0.05)
+        os.kill(run._proc.pid, signal.SIGKILL)
+        result = await asyncio.wait_for(run.result(), 20)
+    finally:
+        await run.aclose()
+    assert result.stop_reason is StopReason.ERROR
+    assert result.output == (TextBlock("answered before the kill"),)
+    assert result.diagnostic == _line("process", "process-exit", "; signal: SIGKILL")

@@ -446,8 +446,9 @@ async def test_handshake_failure_rolls_back_with_safe_line(tmp_path: Path) -> No
     )
     with pytest.raises(ProductFailure) as info:
         await provider.start(make_start_request(tmp_path, "task"))
-    assert str(info.value).startswith(
-        "subagent-codex: Product subagent failure (product: Codex; stage: "
+    # The exit interrupted the handshake, so it keeps the start-up stage and its exit code.
+    assert str(info.value) == "subagent-codex: " + line(
+        "initialize", "process-exit", "; exit code: 5"
     )
 
 
