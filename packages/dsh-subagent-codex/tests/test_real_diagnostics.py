@@ -115,7 +115,8 @@ async def test_a_kill_after_a_final_answer_keeps_the_answer_with_the_process_exi
     run = await codex_env.provider(stderr="discard").start(codex_env.request("t"))
     try:
         async with asyncio.timeout(30):
-            while run._final is None:  # the final answer's item/completed has been read
+            # Poll until the final answer's item/completed has been read (bounded above).
+            while run._final is None:  # noqa: ASYNC110 - test-side poll of private state
                 await asyncio.sleep(0.05)
         os.kill(run._proc.pid, signal.SIGKILL)
         result = await asyncio.wait_for(run.result(), 20)
