@@ -23,8 +23,9 @@ def check_one_shot_request(
     1. The parent has a cwd (``<prefix>: no working directory for the child — …``).
     2. The cwd is absolute and an enterable directory; otherwise ``unusable_cwd()`` is raised
        (the product's own stage line) with the path only on ``__cause__``.
-    3. Only text blocks, each valid Unicode (no unpaired surrogate, which no product can read:
-       Codex drops the whole ``turn/start`` and never answers), and not blank overall.
+    3. Only text blocks, each valid Unicode (no unpaired surrogate: Codex cannot deserialize the
+       ``turn/start`` carrying one and never answers it, so both providers refuse it alike), and
+       not blank overall.
 
     The directory check is a few ``stat`` calls, cheap enough for the event loop.
     """

@@ -2,7 +2,8 @@
 
 A name with ``=`` or NUL, or a value with NUL, cannot reach ``execve``: caught only at spawn, it
 would make every start fail with an opaque start-up line. The configs reject it when validated
-instead, so the error names the field (pydantic puts the field name in front of the message).
+instead, so the error names the field (pydantic's error location is the field; the message
+names it too).
 """
 
 from __future__ import annotations
