@@ -130,7 +130,7 @@ async def test_dsh_run_background_claude_code_answer(setup: Setup) -> None:
         (
             "subagent_claude_code",
             "Product subagent failure (product: Claude Code; stage: query-run; category: "
-            "authentication; HTTP status: 401)",
+            "authentication; HTTP status: 401; exit code: 1)",
         ),
     ],
 )

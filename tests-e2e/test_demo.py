@@ -54,7 +54,7 @@ EXPECTED_ROWS = [
         "Claude Code",
         re.escape(
             "✓ HTTP 401 → Product subagent failure (product: Claude Code; stage: query-run; "
-            "category: authentication; HTTP status: 401)"
+            "category: authentication; HTTP status: 401; exit code: 1)"
         ),
     ),
     ("cancel via job_kill", "Codex", f"✓ job_kill {JOB} → \\[status: killed\\]; {COUNTS}"),

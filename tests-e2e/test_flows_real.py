@@ -41,7 +41,7 @@ FAILURES = {
     CODEX: "Product subagent failure (product: Codex; stage: turn; category: "
     "httpConnectionFailed; HTTP status: 503)",
     CLAUDE: "Product subagent failure (product: Claude Code; stage: query-run; category: "
-    "authentication; HTTP status: 401)",
+    "authentication; HTTP status: 401; exit code: 1)",
 }
 SECRET_BODY = "flows-secret-error-body-3f9a"
 
@@ -238,3 +238,20 @@ async def test_owner_close_cancels_live_jobs_and_their_trees(stack: Stack) -> No
     assert listed.text == "(no background jobs)"
     gone = await stack.call("job_output", job_id="subagent-1")
     assert gone == ToolResult(text="unknown job subagent-1", is_error=True)
+
+
+@pytest.mark.parametrize("product", [CODEX, CLAUDE])
+async def test_a_lone_surrogate_prompt_gets_the_same_clear_error_from_both_products(
+    stack: Stack, product: str
+) -> None:
+    # A model's tool call can carry "caf\ud800" (json.loads accepts it). Codex would drop the
+    # turn/start and Claude Code would accept it; both now refuse it before spawning anything.
+    prefix = "subagent-codex" if product == CODEX else "subagent-claude-code"
+    result = await stack.delegate(product, "caf\ud800")
+    assert result.is_error
+    assert result.text == (
+        f"{prefix}: the one-shot task must be valid Unicode text"
+        " (prompt[0] holds an unpaired surrogate)"
+    )
+    assert stack.tasks(product) == []
+    assert await _owned() == []

@@ -212,8 +212,9 @@ async def play(script: list[list[Any]], workspace: Path, script_file: Path) -> s
         assert result.diagnostic is None
         return "completed"
     assert is_safe_diagnostic(result.diagnostic), result.diagnostic
-    if result.stop_reason is StopReason.ERROR:
-        assert result.output == ()
+    # Any failure keeps an answer Codex completed before it as partial output (product output,
+    # like a success's text), and nothing else.
+    assert result.output == () or result.text == ANSWER or CANARY in result.text, result
     return str(result.stop_reason)
 
 

@@ -141,7 +141,7 @@ async def test_claude_code_canaries_stay_out_of_everything_the_parent_sees(
     assert result.stop_reason is StopReason.ERROR
     assert result.diagnostic == (
         "Product subagent failure (product: Claude Code; stage: query-run; category: server; "
-        "HTTP status: 500)"
+        "HTTP status: 500; exit code: 1)"
     )
     # A start failure: the root refusal of bypassPermissions without IS_SANDBOX.
     refusing = claude.provider(

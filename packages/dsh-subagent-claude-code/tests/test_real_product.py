@@ -91,7 +91,7 @@ async def test_dont_ask_denies_write_with_two_line_diagnostic(
     assert result.output == ()
     assert result.diagnostic == (
         "Product subagent failure (product: Claude Code; stage: query-run; category: server; "
-        "HTTP status: 500)\n"
+        "HTTP status: 500; exit code: 1)\n"
         "Claude Code unattended decision (mode: dontAsk; request: tool permission; "
         "decision: denied): Claude Code denied the request before an interactive prompt"
     )
@@ -117,7 +117,7 @@ async def test_can_use_tool_denies_with_fixed_message_and_fact(
     assert result.output == ()
     assert result.diagnostic == (
         "Product subagent failure (product: Claude Code; stage: query-run; category: server; "
-        "HTTP status: 500)\n"
+        "HTTP status: 500; exit code: 1)\n"
         "Claude Code unattended decision (mode: acceptEdits; request: tool permission; "
         "decision: denied): the provider does not request human approval"
     )
@@ -218,7 +218,8 @@ async def test_http_failures_map_to_categories(
     assert result.stop_reason == StopReason.ERROR
     assert result.output == ()
     assert result.diagnostic == (
-        FAILURE.format(stage="query-run", category=category) + f"; HTTP status: {status})"
+        FAILURE.format(stage="query-run", category=category)
+        + f"; HTTP status: {status}; exit code: 1)"
     )
     assert len(server.requests) == 1  # CLAUDE_CODE_MAX_RETRIES=0
 
@@ -232,7 +233,10 @@ async def test_turn_limit(
     run = await provider.start(make_request("loop", workspace))
     result = await run.result()
     await run.aclose()
-    assert result.diagnostic == FAILURE.format(stage="query-run", category="turn-limit") + ")"
+    # The CLI exits 1 after an error result, and that observed exit is kept as a fact.
+    assert result.diagnostic == (
+        FAILURE.format(stage="query-run", category="turn-limit") + "; exit code: 1)"
+    )
 
 
 @pytest.mark.parametrize(

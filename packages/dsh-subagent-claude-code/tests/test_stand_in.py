@@ -18,6 +18,8 @@ from dsh.subprocess import ManagedProcess, SpawnSpec, SubprocessRuntime, Teardow
 
 SCRIPT = Path(__file__).parent / "stand_ins" / "scripted_cli.py"
 LINE = "Product subagent failure (product: Claude Code; stage: query-run; category: {})"
+#: The stand-in exits 1 after an error result, as the real CLI does; the exit is kept as a fact.
+EXIT_1 = "; exit code: 1)"
 
 
 def _provider(tmp_path: Path, scenario: str, **fields: Any) -> Any:
@@ -41,7 +43,9 @@ async def test_elicitation_declined_and_dialog_cancelled(tmp_path: Path, make_re
     assert entries[1]["response"]["request_id"] == "e1"
     assert entries[2]["response"]["response"] == {"behavior": "cancelled"}
     assert result.diagnostic == (
-        LINE.format("execution") + "\nClaude Code unattended decision (mode: dontAsk; request: "
+        LINE.format("execution")[:-1]
+        + EXIT_1
+        + "\nClaude Code unattended decision (mode: dontAsk; request: "
         "user dialog; decision: cancelled): the provider does not render blocking dialogs"
     )
 
@@ -61,7 +65,9 @@ async def test_elicitation_declined_fact_on_its_own(
     assert len(entries) == 2
     assert result.stop_reason == StopReason.ERROR
     assert result.diagnostic == (
-        LINE.format("execution") + f"\nClaude Code unattended decision (mode: {mode}; request: "
+        LINE.format("execution")[:-1]
+        + EXIT_1
+        + f"\nClaude Code unattended decision (mode: {mode}; request: "
         "MCP elicitation; decision: declined): the provider does not collect interactive MCP input"
     )
 
@@ -81,7 +87,10 @@ async def test_elicitation_fact_is_dropped_on_success(tmp_path: Path, make_reque
     [
         ("blank", "invalid-success"),
         ("no-result", "missing-result"),
-        ("success-then-error", "budget-limit"),
+        ("success-then-error", "budget-limit" + EXIT_1[:-1]),
+        # A result did arrive, so an exit after it is not process-exit ("before any result").
+        ("success-then-exit", "unknown; exit code: 3"),
+        ("error-then-signal", "turn-limit; signal: SIGKILL"),
     ],
 )
 async def test_result_mapping_branches(

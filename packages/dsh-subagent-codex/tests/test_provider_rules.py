@@ -47,6 +47,28 @@ def test_config_rejects(fields: dict[str, Any], needle: str) -> None:
     assert needle in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"env": {"A=B": "x"}}, "env names must be non-empty and contain no '=' or NUL"),
+        ({"env": {"A\0B": "x"}}, "env names must be non-empty and contain no '=' or NUL"),
+        ({"env": {"": "x"}}, "env names must be non-empty and contain no '=' or NUL"),
+        ({"env": {"A": "x\0y"}}, "env values must not contain NUL"),
+        ({"inherit_env": ["A=B"]}, "inherit_env names must be non-empty and contain no '=' or NUL"),
+    ],
+)
+def test_env_that_execve_cannot_take_is_rejected_naming_the_field(
+    fields: dict[str, Any], message: str
+) -> None:
+    # The same rules as the Claude Code config (one shared validator in dsh.subagent): caught
+    # here, not at every later spawn as an opaque initialize/unknown.
+    with pytest.raises(pydantic.ValidationError) as info:
+        CodexProviderConfig.model_validate(fields)
+    [error] = info.value.errors()
+    assert error["loc"] == (next(iter(fields)),)
+    assert message in error["msg"]
+
+
 def test_config_defaults_and_from_config(monkeypatch: pytest.MonkeyPatch) -> None:
     config = CodexProviderConfig()
     assert config.provider_name == "codex"

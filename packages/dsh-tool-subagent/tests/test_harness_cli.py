@@ -234,6 +234,18 @@ def test_cli_usage_and_profile_check(
     assert "tool[0].provider" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", [["profile", "check"], ["run", "--profile"]])
+def test_a_profile_that_is_not_utf8_is_an_invalid_profile(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    path = tmp_path / "latin1.toml"
+    path.write_bytes('[[provider]]\nkind = "caf\u00e9"\n'.encode("latin-1"))
+    argv = [*command, str(path)] + (["the task"] if command[0] == "run" else [])
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == "dsh: invalid profile: profile: the file is not UTF-8 text (TOML must be)\n"
+
+
 def _doctor_rows(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> tuple[int, set[tuple[str, ...]]]:

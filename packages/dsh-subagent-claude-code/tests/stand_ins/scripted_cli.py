@@ -104,3 +104,9 @@ elif scenario == "success-then-error":
     result(text="FIRST-SUCCESS")
     result("error_max_budget_usd", True, None)
     sys.exit(1)
+elif scenario == "success-then-exit":
+    result(text="A-SUCCESS")
+    sys.exit(3)
+elif scenario == "error-then-signal":
+    result("error_max_turns", True, None)
+    os.kill(os.getpid(), 9)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import shutil
 import uuid
@@ -257,34 +258,44 @@ class ClaudeCodeRun:
     ) -> SubagentResult:
         if error is None and success is not None:
             return SubagentResult(StopReason.COMPLETED, (TextBlock(success),), None)
+        exit_facts = self._exit_facts(error)
         if last_result is not None and not is_strict_success(last_result):
-            facts = result_facts(last_result, assistant_error)
-        elif isinstance(error, ProcessError | CLIConnectionError) or (
-            error is None and self._exited_abnormally()
-        ):
-            outcome = self._transport.outcome
-            if outcome is not None and outcome.exit_code != 0:
-                facts = FailureFacts(
-                    product=PRODUCT,
-                    stage="process",
-                    category="process-exit",
-                    exit_code=outcome.exit_code,
-                    signal=outcome.signal,
-                )
-            else:
-                facts = FailureFacts(product=PRODUCT, stage="query-run", category="unknown")
-        elif error is None:
-            facts = FailureFacts(product=PRODUCT, stage="query-run", category="missing-result")
+            # The CLI exits non-zero after an error result on purpose; that exit is kept too.
+            facts = dataclasses.replace(result_facts(last_result, assistant_error), **exit_facts)
+        elif last_result is not None and exit_facts:
+            # A strict success, then an exit we did not cause: a result did arrive, so this is
+            # not process-exit (that is "before any result"); the stream's end failed validation.
+            facts = FailureFacts(
+                product=PRODUCT, stage="query-run", category="unknown", **exit_facts
+            )
+        elif exit_facts and (error is None or isinstance(error, ProcessError | CLIConnectionError)):
+            facts = FailureFacts(
+                product=PRODUCT, stage="process", category="process-exit", **exit_facts
+            )
+        elif error is not None:
+            facts = FailureFacts(
+                product=PRODUCT, stage="query-run", category="unknown", **exit_facts
+            )
         else:
-            facts = FailureFacts(product=PRODUCT, stage="query-run", category="unknown")
+            facts = FailureFacts(product=PRODUCT, stage="query-run", category="missing-result")
         diagnostic = failure_line(facts)
         if self._fact is not None:
             diagnostic = f"{diagnostic}\n{fact_line(self._mode, self._fact)}"
         return SubagentResult(StopReason.ERROR, (), diagnostic)
 
-    def _exited_abnormally(self) -> bool:
+    def _exit_facts(self, error: BaseException | None) -> dict[str, Any]:
+        """The exit code and signal of a non-zero CLI exit we did not cause, or ``{}``.
+
+        The transport raises ``ProcessError`` only for such an exit, after observing it (the SDK
+        turns it into ``ResultError`` after an error result, and may close the transport, which
+        sets ``stopped_by_us``, before the exception reaches us).
+        """
         outcome = self._transport.outcome
-        return outcome is not None and not self._transport.stopped_by_us and outcome.exit_code != 0
+        if outcome is None or outcome.exit_code == 0:
+            return {}
+        if self._transport.stopped_by_us and not isinstance(error, ProcessError):
+            return {}
+        return {"exit_code": outcome.exit_code, "signal": outcome.signal}
 
     # ---- teardown -------------------------------------------------------------------------
 

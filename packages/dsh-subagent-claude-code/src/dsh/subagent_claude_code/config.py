@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dsh.subagent import check_env_names, check_env_overlay
+
 __all__ = ["ClaudeCodeProviderConfig", "PermissionMode"]
 
 PermissionMode = Literal["dontAsk", "acceptEdits", "auto", "plan", "bypassPermissions"]
@@ -49,18 +51,12 @@ class ClaudeCodeProviderConfig(BaseModel):
 
     @field_validator("env")
     @classmethod
-    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name, item in value.items():
-            if not name or "=" in name or "\0" in name:
-                raise ValueError("env names must be non-empty and contain no '=' or NUL")
-            if "\0" in item:
-                raise ValueError("env values must not contain NUL")
+    def _env_valid(cls, value: dict[str, str]) -> dict[str, str]:
+        check_env_overlay(value)
         return value
 
     @field_validator("inherit_env")
     @classmethod
     def _inherit_names(cls, value: list[str]) -> list[str]:
-        for name in value:
-            if not name or "=" in name or "\0" in name:
-                raise ValueError("inherit_env names must be non-empty and contain no '=' or NUL")
+        check_env_names(value, "inherit_env")
         return value

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from dsh.subagent import check_env_names, check_env_overlay
+
 __all__ = ["CodexProviderConfig", "PermissionMode"]
 
 PermissionMode = Literal["never", "approve-for-me", "dangerously-bypass-approvals-and-sandbox"]
@@ -44,10 +46,14 @@ class CodexProviderConfig(BaseModel):
             raise ValueError("model must not be blank when set")
         return value
 
+    @field_validator("env")
+    @classmethod
+    def _env_valid(cls, value: dict[str, str]) -> dict[str, str]:
+        check_env_overlay(value)
+        return value
+
     @field_validator("inherit_env")
     @classmethod
     def _names_valid(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for name in value:
-            if not name or "=" in name or "\0" in name:
-                raise ValueError("inherit_env entries must be non-empty names without '=' or NUL")
+        check_env_names(value, "inherit_env")
         return value

@@ -36,6 +36,11 @@ _INTERRUPT_TIMEOUT_S = 1.0
 _UNSUPPORTED = -32603
 _MAX_EARLY_FRAMES = 10_000
 _NO_FINAL = "Codex completed without a final answer"
+_TURN_START_REPLY_S = 30.0
+"""How long the ``turn/start`` reply may take. Codex answers it at once (in milliseconds, before
+the model is called), but it drops a request it cannot deserialize without any answer, and the
+run would then wait at ``turn-start`` forever. This bounds one protocol exchange, not the run:
+the turn itself still has no wall-clock limit of ours."""
 
 
 class StartupFailure(Exception):
@@ -84,6 +89,7 @@ class CodexRun:
         self._dead = False
         self._reader: asyncio.Task[None] | None = None
         self._interrupt: asyncio.Task[None] | None = None
+        self._turn_start_timer: asyncio.TimerHandle | None = None
         self._closed = False
 
     # -- public surface --------------------------------------------------------------------
@@ -174,6 +180,14 @@ class CodexRun:
             self._wire.request_cb("turn/start", params, self._on_turn_started)
         except WireClosed as exc:
             self._fail("turn-start", cause=exc)
+            return
+        self._turn_start_timer = asyncio.get_running_loop().call_later(
+            _TURN_START_REPLY_S, self._turn_start_unanswered
+        )
+
+    def _turn_start_unanswered(self) -> None:
+        if self._turn_id is None:
+            self._fail("turn-start", cause=TimeoutError("no turn/start reply"))
 
     async def rollback(self) -> None:
         """Bring the partial process tree to exit (startup failure or cancellation)."""
@@ -226,7 +240,9 @@ class CodexRun:
         extra: dict[str, Any] = {}
         if outcome is not None:
             extra = {"exit_code": outcome.exit_code, "signal": outcome.signal}
-        self._fail("process", "process-exit", **extra)
+        # Before publication the exit belongs to the start-up step it interrupted (the seeds'
+        # stage table: initialize / thread-start reject with the observed process outcome).
+        self._fail(self._stage if not self._published else "process", "process-exit", **extra)
 
     def _dispatch(self, frame: dict[str, Any]) -> None:
         method = frame.get("method")
@@ -264,6 +280,8 @@ class CodexRun:
             self._terminal(params.get("turn"))
 
     def _on_turn_started(self, result: dict[str, Any] | None, error: BaseException | None) -> None:
+        if self._turn_start_timer is not None:
+            self._turn_start_timer.cancel()
         if self._dead:
             return
         turn = result.get("turn") if result else None
@@ -353,7 +371,7 @@ class CodexRun:
                     self._mode, "sandbox execution", "failed", "Codex reported a sandbox failure"
                 )
             stop = StopReason.MAX_TOKENS if category == "contextWindowExceeded" else None
-            self._fail("turn", category, http_status=http_status, stop=stop, partial=answer)
+            self._fail("turn", category, http_status=http_status, stop=stop)
         else:
             self._fail("turn")
         self._finish_wire()
@@ -378,13 +396,14 @@ class CodexRun:
         exit_code: int | None = None,
         signal: str | None = None,
         stop: StopReason | None = None,
-        partial: str | None = None,
         note: str | None = None,
         cause: BaseException | None = None,
     ) -> None:
         if self._dead:
             return
         self._dead = True
+        if self._turn_start_timer is not None:
+            self._turn_start_timer.cancel()
         outcome = self._proc.outcome
         if outcome is not None and exit_code is None and signal is None:
             exit_code, signal = outcome.exit_code, outcome.signal
@@ -403,7 +422,10 @@ class CodexRun:
             lines.append(note)
         if self._fact is not None:
             lines.append(self._fact)
-        output = (TextBlock(partial),) if stop is StopReason.MAX_TOKENS and partial else ()
+        # Whatever answer Codex completed before the failure is kept as partial output (the
+        # same selection as a success: the last final answer, else the last unphased one).
+        partial = self._answer()
+        output = (TextBlock(partial),) if partial is not None else ()
         result = SubagentResult(stop or StopReason.ERROR, output, "\n".join(lines))
         if self._latch.settle(result):
             _log.info("codex run %s: %s", self._id, lines[0])

@@ -18,6 +18,7 @@ from dsh.subagent._discovery import (
     load_provider,
 )
 from dsh.subagent._doctor import DoctorCheck, payload_check, version_check
+from dsh.subagent._env_config import check_env_names, check_env_overlay
 from dsh.subagent._events import (
     Listener,
     ProviderAdded,
@@ -73,6 +74,8 @@ __all__ = [
     "SubagentStarted",
     "TextBlock",
     "bound_diagnostic",
+    "check_env_names",
+    "check_env_overlay",
     "check_one_shot_request",
     "failure_line",
     "installed_provider_kinds",

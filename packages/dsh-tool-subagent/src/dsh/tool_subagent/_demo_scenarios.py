@@ -44,7 +44,7 @@ CODEX_FAILURE = (
 )
 CLAUDE_FAILURE = (
     "Product subagent failure (product: Claude Code; stage: query-run; category: authentication;"
-    " HTTP status: 401)"
+    " HTTP status: 401; exit code: 1)"
 )
 
 

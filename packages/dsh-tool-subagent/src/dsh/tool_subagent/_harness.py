@@ -127,6 +127,8 @@ class Harness:
                 data = tomllib.loads(Path(profile).read_text(encoding="utf-8"))
             except OSError as exc:
                 raise ProfileError("profile: the file cannot be read") from exc
+            except UnicodeDecodeError as exc:
+                raise ProfileError("profile: the file is not UTF-8 text (TOML must be)") from exc
             except tomllib.TOMLDecodeError as exc:
                 raise ProfileError(f"profile: invalid TOML ({exc})") from exc
         try:
