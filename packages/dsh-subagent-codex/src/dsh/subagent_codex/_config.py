@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-__all__ = ["CodexProviderConfig", "PermissionMode"]
+from dsh.subprocess import EnvPolicy
+
+__all__ = ["CODEX_CREDENTIAL_ENV", "CodexProviderConfig", "PermissionMode"]
+
+CODEX_CREDENTIAL_ENV = ("OPENAI_API_KEY", "CODEX_API_KEY")
+"""Codex's own standard credential variables, forwarded by default (never another product's)."""
 
 PermissionMode = Literal["never", "approve-for-me", "dangerously-bypass-approvals-and-sandbox"]
 
@@ -24,6 +29,12 @@ class CodexProviderConfig(BaseModel):
     model: str | None = Field(default=None, min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
     inherit_env: tuple[str, ...] = ()
+    credential_env: tuple[str, ...] = CODEX_CREDENTIAL_ENV
+    """Ambient credential names forwarded when set; ``[]`` forwards none. Tools never see them."""
+    env_policy: EnvPolicy = "scrub"
+    """``scrub`` (ambient env minus credentials) or ``core`` (an allow-list; see dsh.subprocess)."""
+    tool_env: tuple[str, ...] = ()
+    """Forwarded names that tool commands may still see (every other forwarded name is hidden)."""
     permission_mode: PermissionMode = "never"
     dispose_grace_ms: float = Field(default=3000.0, gt=0, le=2147483647)
     stderr: Literal["forward", "discard"] = "forward"
@@ -44,10 +55,12 @@ class CodexProviderConfig(BaseModel):
             raise ValueError("model must not be blank when set")
         return value
 
-    @field_validator("inherit_env")
+    @field_validator("inherit_env", "credential_env", "tool_env")
     @classmethod
-    def _names_valid(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+    def _names_valid(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
         for name in value:
             if not name or "=" in name or "\0" in name:
-                raise ValueError("inherit_env entries must be non-empty names without '=' or NUL")
+                raise ValueError(
+                    f"{info.field_name} entries must be non-empty names without '=' or NUL"
+                )
         return value

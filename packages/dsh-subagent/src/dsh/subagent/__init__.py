@@ -17,7 +17,7 @@ from dsh.subagent._discovery import (
     installed_provider_kinds,
     load_provider,
 )
-from dsh.subagent._doctor import DoctorCheck, payload_check, version_check
+from dsh.subagent._doctor import DoctorCheck, credential_checks, payload_check, version_check
 from dsh.subagent._events import (
     Listener,
     ProviderAdded,
@@ -74,6 +74,7 @@ __all__ = [
     "TextBlock",
     "bound_diagnostic",
     "check_one_shot_request",
+    "credential_checks",
     "failure_line",
     "installed_provider_kinds",
     "load_provider",

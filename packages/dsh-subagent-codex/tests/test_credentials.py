@@ -1,0 +1,113 @@
+"""Codex's own credentials are forwarded by default, hidden from tools, and shown by doctor."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pydantic
+import pytest
+
+from dsh.subagent import DoctorCheck, ProductFailure
+from dsh.subagent_codex import CODEX_CREDENTIAL_ENV, CodexProvider, CodexProviderConfig
+from dsh.subagent_codex._env import product_env, tool_env_override
+from dsh.subagent_codex.testing import hermetic_env, make_start_request
+
+AMBIENT = {
+    "OPENAI_API_KEY": "sk-openai",
+    "CODEX_API_KEY": "sk-codex",
+    "ANTHROPIC_API_KEY": "sk-ant",
+    "CLAUDE_CODE_OAUTH_TOKEN": "oauth",
+    "PATH": "/bin",
+    "CODEX_HOME": "/c",
+    "EDITOR": "vi",
+}
+
+
+def test_the_default_forwards_only_codex_credentials() -> None:
+    env = product_env(CodexProviderConfig(), AMBIENT)
+    assert env == {"OPENAI_API_KEY": "sk-openai", "CODEX_API_KEY": "sk-codex"}
+    assert set(CODEX_CREDENTIAL_ENV) == {"OPENAI_API_KEY", "CODEX_API_KEY"}
+    assert product_env(CodexProviderConfig(credential_env=()), AMBIENT) == {}
+
+
+def test_core_policy_tombstones_everything_outside_the_allow_list() -> None:
+    env = product_env(CodexProviderConfig(env_policy="core", env={"EDITOR": "ed"}), AMBIENT)
+    assert env["EDITOR"] == "ed", "an explicit env name always wins"
+    assert env["ANTHROPIC_API_KEY"] is None
+    assert env["CLAUDE_CODE_OAUTH_TOKEN"] is None
+    assert "PATH" not in env and "CODEX_HOME" not in env, "kept names need no tombstone"
+    with pytest.raises(pydantic.ValidationError, match="env_policy"):
+        CodexProviderConfig.model_validate({"env_policy": "all"})
+    with pytest.raises(pydantic.ValidationError, match="credential_env"):
+        CodexProviderConfig.model_validate({"credential_env": ["A=B"]})
+
+
+def test_every_forwarded_or_credential_shaped_name_is_hidden_from_tools() -> None:
+    config = CodexProviderConfig(
+        inherit_env=("GITHUB_TOKEN", "PLAIN"),
+        env={"DEEPSEEK_API_KEY": "k", "DB": "postgres://u:pw@h/db", "RUST_LOG": "info"},
+        tool_env=("PLAIN",),
+    )
+    assert tool_env_override(config) == {
+        "shell_environment_policy.exclude": [
+            "CODEX_API_KEY",
+            "DB",
+            "DEEPSEEK_API_KEY",
+            "GITHUB_TOKEN",
+            "OPENAI_API_KEY",
+        ]
+    }
+
+
+def test_the_hermetic_kit_blanks_the_developers_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-developer")
+    env = product_env(CodexProviderConfig(env=hermetic_env(tmp_path)))
+    assert env["OPENAI_API_KEY"] == ""
+    assert env["CODEX_API_KEY"] == ""
+
+
+def test_doctor_names_credential_sources_never_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value")
+    monkeypatch.delenv("CODEX_API_KEY", raising=False)
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path))
+    provider = CodexProvider(CodexProviderConfig(env={"MY_PROVIDER_KEY": "k", "RUST_LOG": "x"}))
+    rows = provider.doctor()[2:]
+    assert rows == [
+        DoctorCheck("credential variables", "MY_PROVIDER_KEY, OPENAI_API_KEY", True),
+        DoctorCheck("login file", "absent", True),
+    ]
+    (tmp_path / "auth.json").write_text("{}")
+    assert provider.doctor()[3] == DoctorCheck("login file", "exists", True)
+    assert "sk-secret-value" not in repr(provider.doctor())
+    assert str(tmp_path) not in repr(provider.doctor())
+    assert provider.forwarded_env_names() == ("MY_PROVIDER_KEY", "OPENAI_API_KEY", "RUST_LOG")
+
+
+async def test_the_exclusion_reaches_thread_start(tmp_path: Path) -> None:
+    """A stand-in app-server records the thread/start params it got."""
+    record = tmp_path / "params.json"
+    script = (
+        "import json, sys\n"
+        "for line in sys.stdin:\n"
+        "    m = json.loads(line)\n"
+        "    if m.get('method') == 'thread/start':\n"
+        f"        open({str(record)!r}, 'w').write(json.dumps(m['params']))\n"
+        "        raise SystemExit(0)\n"
+        "    if 'id' in m:\n"
+        "        print(json.dumps({'id': m['id'], 'result': {}}), flush=True)\n"
+    )
+    provider = CodexProvider(
+        CodexProviderConfig(inherit_env=("X_FORWARDED",), stderr="discard"),
+        _program=[sys.executable, "-c", script],
+    )
+    with pytest.raises((ProductFailure, ExceptionGroup)):  # the stand-in exits at thread/start
+        await provider.start(make_start_request(tmp_path, "task"))
+    params = json.loads(record.read_text())
+    excluded = params["config"]["shell_environment_policy.exclude"]
+    assert excluded == ["CODEX_API_KEY", "OPENAI_API_KEY", "X_FORWARDED"]
