@@ -4,9 +4,22 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-__all__ = ["ClaudeCodeProviderConfig", "PermissionMode"]
+from dsh.subprocess import EnvPolicy
+
+__all__ = ["CLAUDE_CREDENTIAL_ENV", "ClaudeCodeProviderConfig", "PermissionMode"]
+
+CLAUDE_CREDENTIAL_ENV = (
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_BEDROCK_BASE_URL",
+    "ANTHROPIC_VERTEX_BASE_URL",
+    "ANTHROPIC_FOUNDRY_BASE_URL",
+)
+"""Claude Code's own credential and base-URL names, forwarded by default (no other product's)."""
 
 PermissionMode = Literal["dontAsk", "acceptEdits", "auto", "plan", "bypassPermissions"]
 
@@ -26,6 +39,12 @@ class ClaudeCodeProviderConfig(BaseModel):
     model: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     inherit_env: list[str] = Field(default_factory=list)
+    credential_env: list[str] = Field(default_factory=lambda: list(CLAUDE_CREDENTIAL_ENV))
+    """Ambient credential names forwarded when set; ``[]`` forwards none. Tools never see them."""
+    env_policy: EnvPolicy = "scrub"
+    """``scrub`` (ambient env minus credentials) or ``core`` (an allow-list; see dsh.subprocess)."""
+    tool_env: list[str] = Field(default_factory=list)
+    """Forwarded names that Bash commands may still see (every other forwarded name is unset)."""
     permission_mode: PermissionMode = "dontAsk"
     dispose_grace_ms: float = Field(default=3000, gt=0, le=_MAX_GRACE_MS)
     private_tmp: bool = True
@@ -57,10 +76,12 @@ class ClaudeCodeProviderConfig(BaseModel):
                 raise ValueError("env values must not contain NUL")
         return value
 
-    @field_validator("inherit_env")
+    @field_validator("inherit_env", "credential_env", "tool_env")
     @classmethod
-    def _inherit_names(cls, value: list[str]) -> list[str]:
+    def _inherit_names(cls, value: list[str], info: ValidationInfo) -> list[str]:
         for name in value:
             if not name or "=" in name or "\0" in name:
-                raise ValueError("inherit_env names must be non-empty and contain no '=' or NUL")
+                raise ValueError(
+                    f"{info.field_name} names must be non-empty and contain no '=' or NUL"
+                )
         return value

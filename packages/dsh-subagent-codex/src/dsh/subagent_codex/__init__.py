@@ -9,4 +9,10 @@ from dsh.subagent_codex._config import CODEX_CREDENTIAL_ENV, CodexProviderConfig
 from dsh.subagent_codex._provider import CodexProvider
 from dsh.subagent_codex._run import CodexRun
 
-__all__ = ["CODEX_CREDENTIAL_ENV", "CodexProvider", "CodexProviderConfig", "CodexRun", "PermissionMode"]
+__all__ = [
+    "CODEX_CREDENTIAL_ENV",
+    "CodexProvider",
+    "CodexProviderConfig",
+    "CodexRun",
+    "PermissionMode",
+]
