@@ -1,10 +1,12 @@
 """A key the provider forwards to the product never reaches a tool command or the model.
 
-Each product gets a canary credential by name (``inherit_env`` and the provider's default
-credential names). A tool command prints its whole environment and the named variables; what
-it printed goes back to the model in the next request. The canary must be absent from every
-model request's body (prompts, tool outputs). Headers are excluded on purpose: a product may use
-its own credential as its auth header, which is its legitimate use.
+Each product gets canary credentials from the ambient env, by the provider's default credential
+names (Codex: ``OPENAI_API_KEY``, ``CODEX_API_KEY``; Claude Code: ``ANTHROPIC_API_KEY``) and by
+``inherit_env``. A tool command prints its whole environment and the named variables; what it
+printed goes back to the model in the next request. "Every model request" means each request's
+body (prompt, tool outputs, instructions): the canary must be absent from all of them. Headers
+are checked separately: the product's own key is its auth header there (its legitimate use),
+which also proves that the default really forwarded it.
 """
 
 from __future__ import annotations
@@ -18,11 +20,22 @@ from typing import Any
 import pytest
 
 from dsh.subagent import StopReason
-from dsh.subagent_codex.testing import FunctionCallItem, MessageItem, Reply
+from dsh.subagent_claude_code import ClaudeCodeProvider, ClaudeCodeProviderConfig
+from dsh.subagent_claude_code.testing import hermetic_env as claude_env
+from dsh.subagent_codex import CodexProvider, CodexProviderConfig
+from dsh.subagent_codex.testing import (
+    FunctionCallItem,
+    MessageItem,
+    Reply,
+    hermetic_env,
+    write_codex_home,
+)
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
 
-SHOW = 'env; echo "seen=${OPENAI_API_KEY:-unset}/${CODEX_API_KEY:-unset}/${ANTHROPIC_API_KEY:-unset}"'
+SHOW = (
+    'env; echo "seen=${OPENAI_API_KEY:-unset}/${CODEX_API_KEY:-unset}/${ANTHROPIC_API_KEY:-unset}"'
+)
 
 
 def _canary() -> str:
@@ -30,7 +43,7 @@ def _canary() -> str:
 
 
 async def test_codex_tool_never_sees_a_forwarded_key(
-    codex: Any, monkeypatch: pytest.MonkeyPatch
+    codex: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     key, other = _canary(), _canary()
     monkeypatch.setenv("OPENAI_API_KEY", key)
@@ -39,7 +52,15 @@ async def test_codex_tool_never_sees_a_forwarded_key(
     call = {"cmd": SHOW, "login": False, "yield_time_ms": 10_000}
     codex.server.queue(Reply((FunctionCallItem("exec_command", call),)))
     codex.server.queue(Reply((MessageItem("done"),)))
-    provider = codex.provider(inherit_env=("OPENAI_API_KEY", "FORWARDED_EXTRA"))
+    # The mock provider reads its key from OPENAI_API_KEY, as the real OpenAI provider does;
+    # the hermetic kit's blanks are dropped so the default forwarding is what is tested.
+    home = write_codex_home(
+        tmp_path / "keyed-home", codex.server.base_url, "mock-model", env_key="OPENAI_API_KEY"
+    )
+    env = {k: v for k, v in hermetic_env(home).items() if v != ""}
+    provider = CodexProvider(
+        CodexProviderConfig(env=env, inherit_env=("FORWARDED_EXTRA",), stderr="discard")
+    )
     async with await provider.start(codex.request("show env")) as run:
         result = await run.result()
     assert result.stop_reason is StopReason.COMPLETED, result.diagnostic
@@ -49,20 +70,30 @@ async def test_codex_tool_never_sees_a_forwarded_key(
     assert "seen=unset/unset/unset" in tool_output, re.findall(r"seen=[^\\]*", tool_output)
     assert "PATH=" in tool_output, "the tool did print its environment"
     for body in bodies:
-        assert key.encode() not in body and other.encode() not in body
+        assert key.encode() not in body
+        assert other.encode() not in body
+    assert all(
+        r.headers.get("authorization") == f"Bearer {key}" for r in codex.server.model_requests
+    ), "OPENAI_API_KEY was forwarded by default and used as the product's own auth header"
 
 
 async def test_claude_code_tool_never_sees_a_forwarded_key(
     claude: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     key = _canary()
+    monkeypatch.setenv("ANTHROPIC_API_KEY", key)
     monkeypatch.setenv("FORWARDED_EXTRA", key)
     claude.server.queue_tool_use("Bash", {"command": SHOW, "description": "show env"})
     claude.server.queue_text("done")
-    provider = claude.provider(
-        permission_mode="bypassPermissions",
-        env={"IS_SANDBOX": "1", "ANTHROPIC_API_KEY": key},
-        inherit_env=["FORWARDED_EXTRA"],
+    env = claude_env(claude.root, claude.server.base_url)
+    del env["ANTHROPIC_API_KEY"]  # the ambient one must come through the default forwarding
+    provider = ClaudeCodeProvider(
+        ClaudeCodeProviderConfig(
+            permission_mode="bypassPermissions",
+            env={**env, "IS_SANDBOX": "1"},
+            inherit_env=["FORWARDED_EXTRA"],
+            stderr="discard",
+        )
     )
     async with await provider.start(claude.request("show env")) as run:
         result = await run.result()
@@ -73,4 +104,6 @@ async def test_claude_code_tool_never_sees_a_forwarded_key(
     assert "PATH=" in tool_output, "the tool did print its environment"
     for request in claude.server.requests:
         assert key.encode() not in request.raw_body
-    assert any(r.headers.get("x-api-key") == key for r in claude.server.requests)
+    assert all(r.headers.get("x-api-key") == key for r in claude.server.requests), (
+        "ANTHROPIC_API_KEY was forwarded by default and used as the product's own auth header"
+    )
