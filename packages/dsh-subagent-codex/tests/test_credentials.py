@@ -9,7 +9,7 @@ import pytest
 
 from dsh.subagent import DoctorCheck
 from dsh.subagent_codex import CODEX_CREDENTIAL_ENV, CodexProvider, CodexProviderConfig
-from dsh.subagent_codex._env import product_env, tool_env_override
+from dsh.subagent_codex._env import forwarding, tool_env_override
 from dsh.subagent_codex.testing import hermetic_env
 
 AMBIENT = {
@@ -24,14 +24,14 @@ AMBIENT = {
 
 
 def test_the_default_forwards_only_codex_credentials() -> None:
-    env = product_env(CodexProviderConfig(), AMBIENT)
+    env = forwarding(CodexProviderConfig()).overlay(AMBIENT)
     assert env == {"OPENAI_API_KEY": "sk-openai", "CODEX_API_KEY": "sk-codex"}
     assert set(CODEX_CREDENTIAL_ENV) == {"OPENAI_API_KEY", "CODEX_API_KEY"}
-    assert product_env(CodexProviderConfig(credential_env=()), AMBIENT) == {}
+    assert forwarding(CodexProviderConfig(credential_env=())).overlay(AMBIENT) == {}
 
 
 def test_core_policy_tombstones_everything_outside_the_allow_list() -> None:
-    env = product_env(CodexProviderConfig(env_policy="core", env={"EDITOR": "ed"}), AMBIENT)
+    env = forwarding(CodexProviderConfig(env_policy="core", env={"EDITOR": "ed"})).overlay(AMBIENT)
     assert env["EDITOR"] == "ed", "an explicit env name always wins"
     assert env["ANTHROPIC_API_KEY"] is None
     assert env["CLAUDE_CODE_OAUTH_TOKEN"] is None
@@ -63,7 +63,7 @@ def test_the_hermetic_kit_blanks_the_developers_keys(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-developer")
-    env = product_env(CodexProviderConfig(env=hermetic_env(tmp_path)))
+    env = forwarding(CodexProviderConfig(env=hermetic_env(tmp_path))).overlay()
     assert env["OPENAI_API_KEY"] == ""
     assert env["CODEX_API_KEY"] == ""
 

@@ -12,6 +12,7 @@ from dsh.subprocess import (
     SCRUB_EXEMPT_NAMES,
     TREE_MARKER_ENV,
     Collect,
+    EnvForwarding,
     SpawnSpec,
     SubprocessRuntime,
     build_child_env,
@@ -117,6 +118,26 @@ def test_core_policy_pure() -> None:
     with pytest.raises(ValueError, match="env policy"):
         policy_overlay("everything", environ=ambient)  # type: ignore[arg-type]
     assert {"PWD", "OLDPWD", "SSH_AUTH_SOCK"} <= SCRUB_EXEMPT_NAMES
+
+
+def test_env_forwarding_overlay_names_and_hidden_names() -> None:
+    ambient = {"A_KEY": "k", "PLAIN": "p", "OTHER": "o", "PATH": "/bin"}
+    plan = EnvForwarding(
+        policy="core",
+        forward=("A_KEY", "PLAIN", "UNSET_NAME"),
+        env={"DB": "postgres://u:pw@h/db", "RUST_LOG": "x"},
+        tool_visible=("PLAIN",),
+    )
+    assert plan.overlay(ambient) == {
+        "OTHER": None,
+        "A_KEY": "k",
+        "PLAIN": "p",
+        "DB": "postgres://u:pw@h/db",
+        "RUST_LOG": "x",
+    }
+    assert plan.names(ambient) == ("A_KEY", "DB", "PLAIN", "RUST_LOG")
+    assert plan.credential_names(ambient) == ["A_KEY", "DB", "PLAIN"]
+    assert plan.hidden() == ["A_KEY", "DB", "UNSET_NAME"]
 
 
 async def _child_env(runtime: SubprocessRuntime, overlay: dict[str, str | None]) -> dict[str, str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import claude_agent_sdk
 
-from dsh.subagent_claude_code._env import forwarded_env
+from dsh.subagent_claude_code._env import forwarding
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
 
 __all__ = ["SESSION_MARKERS", "bundled_cli", "child_env_overlay", "cli_argv"]
@@ -70,8 +70,7 @@ def child_env_overlay(
     """The overlay for ``build_child_env``: policy tombstones, forwarded names, ``env``, SDK
     names, session tombstones, and ``CLAUDE_ENV_FILE`` (the Bash-tool env script) when given."""
     ambient: Mapping[str, str] = os.environ if environ is None else environ
-    overlay = forwarded_env(config, ambient)
-    overlay.update(config.env)
+    overlay = forwarding(config).overlay(ambient)
     overlay.setdefault("CLAUDE_CODE_ENTRYPOINT", "sdk-py")
     overlay["CLAUDE_AGENT_SDK_VERSION"] = claude_agent_sdk.__version__
     overlay["PWD"] = cwd

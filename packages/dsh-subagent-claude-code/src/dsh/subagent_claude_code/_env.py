@@ -19,15 +19,13 @@ from pathlib import Path
 
 from dsh.subagent import DoctorCheck, credential_checks
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
-from dsh.subprocess import is_credential_env, policy_overlay
+from dsh.subprocess import EnvForwarding
 
 __all__ = [
     "CLAUDE_CONFIG_DIR_ENV",
     "ENV_FILE_NAME",
     "credential_rows",
-    "forwarded_env",
-    "forwarded_names",
-    "hidden_names",
+    "forwarding",
     "make_run_dir",
     "tool_env_script",
 ]
@@ -39,34 +37,15 @@ ENV_FILE_NAME = "dsh-tool-env.sh"
 _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def forwarded_env(
-    config: ClaudeCodeProviderConfig, environ: Mapping[str, str]
-) -> dict[str, str | None]:
-    """Policy tombstones, then the set ``credential_env`` and ``inherit_env`` names."""
-    env: dict[str, str | None] = dict(
-        policy_overlay(config.env_policy, keep=CLAUDE_CONFIG_DIR_ENV, environ=environ)
+def forwarding(config: ClaudeCodeProviderConfig) -> EnvForwarding:
+    """The config's env fields as one ``EnvForwarding`` (overlay, names, hidden names)."""
+    return EnvForwarding(
+        policy=config.env_policy,
+        keep=CLAUDE_CONFIG_DIR_ENV,
+        forward=(*config.credential_env, *config.inherit_env),
+        env=config.env,
+        tool_visible=tuple(config.tool_env),
     )
-    for name in (*config.credential_env, *config.inherit_env):
-        if name in environ:
-            env[name] = environ[name]
-    return env
-
-
-def forwarded_names(
-    config: ClaudeCodeProviderConfig, environ: Mapping[str, str] | None = None
-) -> tuple[str, ...]:
-    """The sorted names (never values) the CLI gets from ``credential_env``, ``inherit_env``
-    and ``env``."""
-    ambient: Mapping[str, str] = os.environ if environ is None else environ
-    names = {n for n in (*config.credential_env, *config.inherit_env) if n in ambient}
-    return tuple(sorted(names | set(config.env)))
-
-
-def hidden_names(config: ClaudeCodeProviderConfig) -> list[str]:
-    """Every forwarded and credential-shaped ``env`` name, minus ``tool_env`` (sorted)."""
-    hidden = {*config.credential_env, *config.inherit_env}
-    hidden |= {name for name, value in config.env.items() if is_credential_env(name, value)}
-    return sorted(hidden - set(config.tool_env))
 
 
 def tool_env_script(config: ClaudeCodeProviderConfig) -> str:
@@ -78,7 +57,7 @@ def tool_env_script(config: ClaudeCodeProviderConfig) -> str:
     own = config.env.get("CLAUDE_ENV_FILE")
     if own:
         lines.append(f". {shlex.quote(own)}")
-    names = [name for name in hidden_names(config) if _SHELL_NAME.fullmatch(name)]
+    names = [name for name in forwarding(config).hidden() if _SHELL_NAME.fullmatch(name)]
     if names:
         lines.append("unset " + " ".join(names))
     return "\n".join(lines) + "\n"
@@ -97,13 +76,8 @@ def credential_rows(
 ) -> list[DoctorCheck]:
     """``dsh doctor`` rows: the credential names the CLI will see and whether a login exists."""
     ambient: Mapping[str, str] = os.environ if environ is None else environ
-    chosen = {*config.credential_env, *config.inherit_env}
-    names = [
-        name
-        for name in forwarded_names(config, ambient)
-        if name in chosen or is_credential_env(name, config.env.get(name, ""))
-    ]
     config_dir = config.env.get("CLAUDE_CONFIG_DIR") or ambient.get("CLAUDE_CONFIG_DIR")
     home = Path(config.env.get("HOME") or Path.home())
     root = Path(config_dir) if config_dir else home / ".claude"
+    names = forwarding(config).credential_names(ambient)
     return credential_checks(names, [root / ".credentials.json"])

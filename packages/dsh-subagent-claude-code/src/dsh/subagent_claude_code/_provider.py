@@ -26,7 +26,7 @@ from dsh.subagent_claude_code._command import (
 )
 from dsh.subagent_claude_code._env import (
     credential_rows,
-    forwarded_names,
+    forwarding,
     make_run_dir,
 )
 from dsh.subagent_claude_code._mapping import PRODUCT
@@ -78,7 +78,7 @@ class ClaudeCodeProvider:
 
     def forwarded_env_names(self) -> tuple[str, ...]:
         """The names (never values) of the env this instance passes on to the CLI."""
-        return forwarded_names(self.config)
+        return forwarding(self.config).names()
 
     @property
     def name(self) -> str:

@@ -21,7 +21,7 @@ from dsh.subagent import (
     version_check,
 )
 from dsh.subagent_codex._config import CodexProviderConfig
-from dsh.subagent_codex._env import credential_rows, forwarded_names, product_env, tool_env_override
+from dsh.subagent_codex._env import credential_rows, forwarding, tool_env_override
 from dsh.subagent_codex._mapping import MODE_FIELDS, OPT_OUT_NOTIFICATIONS, PREFIX, PRODUCT
 from dsh.subagent_codex._run import CodexRun, StartupFailure
 from dsh.subagent_codex._wire import MAX_LINE_BYTES
@@ -93,7 +93,7 @@ class CodexProvider:
 
     def forwarded_env_names(self) -> tuple[str, ...]:
         """The names (never values) of the env this instance passes on to the product."""
-        return forwarded_names(self.config)
+        return forwarding(self.config).names()
 
     @property
     def name(self) -> str:
@@ -110,7 +110,7 @@ class CodexProvider:
         return await self._spawn_and_publish(cwd, list(texts))
 
     def _argv_env(self) -> tuple[list[str], dict[str, str | None]]:
-        env = product_env(self.config)
+        env = forwarding(self.config).overlay()
         if self._program is not None:
             return ([*self._program, "app-server", "--listen", "stdio://"], env)
         program, path_dir = _locate()

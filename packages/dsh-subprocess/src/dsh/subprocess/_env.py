@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "ENV_POLICIES",
     "SCRUB_EXEMPT_NAMES",
     "SENSITIVE_ENV_PATTERN",
+    "EnvForwarding",
     "EnvPolicy",
     "build_child_env",
     "is_credential_env",
@@ -147,3 +149,48 @@ def build_child_env(
         else:
             raise TypeError(f"env overlay value for {name!r} must be a string or None")
     return env
+
+
+@dataclass(frozen=True)
+class EnvForwarding:
+    """What a provider passes to its product, and what the product's tool commands must not see.
+
+    ``forward`` names are copied from the ambient env when set (a provider's ``credential_env``
+    and ``inherit_env``); ``env`` is the explicit overlay; ``tool_visible`` names are exempt from
+    hiding. ``keep`` names survive the ``core`` policy (the product's config dirs).
+    """
+
+    policy: EnvPolicy = "scrub"
+    keep: tuple[str, ...] = ()
+    forward: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    tool_visible: tuple[str, ...] = ()
+
+    def overlay(self, environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
+        """Policy tombstones, then the set ``forward`` names, then ``env``: a spawn overlay."""
+        ambient: Mapping[str, str] = os.environ if environ is None else environ
+        result = policy_overlay(self.policy, keep=self.keep, environ=ambient)
+        result.update({name: ambient[name] for name in self.forward if name in ambient})
+        result.update(self.env)
+        return result
+
+    def names(self, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+        """The sorted names (never values) the product gets from ``forward`` and ``env``."""
+        ambient: Mapping[str, str] = os.environ if environ is None else environ
+        return tuple(sorted({n for n in self.forward if n in ambient} | set(self.env)))
+
+    def credential_names(self, environ: Mapping[str, str] | None = None) -> list[str]:
+        """``names()`` less the plain ``env`` names: what counts as a credential source."""
+        chosen = set(self.forward)
+        return [
+            name
+            for name in self.names(environ)
+            if name in chosen or is_credential_env(name, self.env.get(name, ""))
+        ]
+
+    def hidden(self) -> list[str]:
+        """Sorted names to keep out of tool commands: every ``forward`` name and credential-shaped
+        ``env`` name, minus ``tool_visible``."""
+        hidden = set(self.forward)
+        hidden |= {name for name, value in self.env.items() if is_credential_env(name, value)}
+        return sorted(hidden - set(self.tool_visible))
