@@ -45,3 +45,21 @@ def test_doctor_reports_both_pinned_products_healthy(
     }
     assert rc == 0
     assert "sk-ant-value-never-shown" not in out
+
+
+def test_doctor_profile_reports_each_instance_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    profile = tmp_path / "p.toml"
+    profile.write_text(
+        '[[provider]]\nkind = "codex"\n[provider.config]\nprovider_name = "codex-x"\n'
+        'inherit_env = ["MY_GATEWAY_TOKEN"]\n'
+    )
+    monkeypatch.setenv("MY_GATEWAY_TOKEN", "value-never-shown")
+    assert main(["doctor", "--profile", str(profile)]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "credential variables" in line)
+    assert "codex-x" in row
+    assert "MY_GATEWAY_TOKEN" in row
+    assert "value-never-shown" not in out
