@@ -74,6 +74,7 @@ def test_the_bash_env_script_unsets_every_forwarded_name() -> None:
     run_dir, script = make_run_dir(config)
     try:
         assert Path(script).read_text() == tool_env_script(config)
+        assert Path(script).stat().st_mode & 0o777 == 0o400
         overlay = child_env_overlay(config, cwd="/w", tmp_dir=None, env_file=script)
         assert overlay["CLAUDE_ENV_FILE"] == script
     finally:

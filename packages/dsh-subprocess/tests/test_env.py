@@ -44,6 +44,7 @@ LEAKED = {
     "PEM": "-----BEGIN OPENSSH PRIVATE KEY-----\nabc",
     "DB_PASSWD": "pw",
     "GPG_PASSPHRASE": "pw",
+    "GH_PAT": "ghp",
 }
 KEPT = {
     "SSH_AUTH_SOCK": "/run/user/1/ssh.sock",
@@ -53,6 +54,7 @@ KEPT = {
     "HTTPS_PROXY": "http://proxy:3128",
     "DOCS_URL": "https://example.org/a:b@c",
     "PYTHONPATH": "/p",
+    "PATH_EXTRA": "/q",
 }
 
 

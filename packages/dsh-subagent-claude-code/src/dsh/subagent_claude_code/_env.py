@@ -64,10 +64,15 @@ def tool_env_script(config: ClaudeCodeProviderConfig) -> str:
 
 
 def make_run_dir(config: ClaudeCodeProviderConfig) -> tuple[str, str]:
-    """A fresh run-owned dir holding the ``CLAUDE_ENV_FILE`` script: ``(dir, script path)``."""
+    """A fresh run-owned dir holding the ``CLAUDE_ENV_FILE`` script: ``(dir, script path)``.
+
+    The script is read-only, so a tool writing into ``$TMPDIR`` does not replace it by accident
+    (the same user can still change it on purpose; see the provider page's limits).
+    """
     run_dir = tempfile.mkdtemp(prefix=f"dsh-claude-{os.getpid()}-")
     script = Path(run_dir) / ENV_FILE_NAME
     script.write_text(tool_env_script(config), encoding="utf-8")
+    script.chmod(0o400)
     return run_dir, str(script)
 
 

@@ -38,12 +38,13 @@ ENV_POLICIES: tuple[EnvPolicy, ...] = ("scrub", "core")
 
 SENSITIVE_ENV_PATTERN: re.Pattern[str] = re.compile(
     r"KEY|PASSW(?:OR)?D|PASSPHRASE|SECRET|TOKEN|CREDENTIAL|JWT|AUTH(?!OR)|COOKIE|PRIVATE"
-    r"|(?:^|_)PWD(?:_|$)",
+    r"|(?:^|_)(?:PWD|PAT)(?:_|$)",
     re.IGNORECASE,
 )
 """Credential-bearing name parts. Unanchored on purpose: ``MONKEY_X`` and ``KEYBOARD`` go too.
 
-``PWD`` counts only as a whole ``_``-separated part (``MYSQL_PWD``), ``AUTHOR`` is no ``AUTH``
+``PWD`` and ``PAT`` count only as a whole ``_``-separated part (``MYSQL_PWD``, ``GH_PAT``);
+``AUTHOR`` is no ``AUTH``
 (``GIT_AUTHOR_NAME``), and ``SCRUB_EXEMPT_NAMES``
 keeps the shell's own ``PWD`` / ``OLDPWD`` and the agent sockets.
 """
