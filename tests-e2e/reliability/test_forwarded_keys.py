@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -77,9 +78,14 @@ async def test_codex_tool_never_sees_a_forwarded_key(
     ), "OPENAI_API_KEY was forwarded by default and used as the product's own auth header"
 
 
+@pytest.mark.parametrize("private_tmp", [True, False])
 async def test_claude_code_tool_never_sees_a_forwarded_key(
-    claude: Any, monkeypatch: pytest.MonkeyPatch
+    claude: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, private_tmp: bool
 ) -> None:
+    # The run's own dir (private TMPDIR and/or the env script) goes here, to be checked below.
+    run_dirs = tmp_path / "run-dirs"
+    run_dirs.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(run_dirs))
     key = _canary()
     monkeypatch.setenv("ANTHROPIC_API_KEY", key)
     monkeypatch.setenv("FORWARDED_EXTRA", key)
@@ -93,6 +99,7 @@ async def test_claude_code_tool_never_sees_a_forwarded_key(
             env={**env, "IS_SANDBOX": "1"},
             inherit_env=["FORWARDED_EXTRA"],
             stderr="discard",
+            private_tmp=private_tmp,
         )
     )
     async with await provider.start(claude.request("show env")) as run:
@@ -107,3 +114,4 @@ async def test_claude_code_tool_never_sees_a_forwarded_key(
     assert all(r.headers.get("x-api-key") == key for r in claude.server.requests), (
         "ANTHROPIC_API_KEY was forwarded by default and used as the product's own auth header"
     )
+    assert list(run_dirs.iterdir()) == [], "the run's dir is removed with the run"
