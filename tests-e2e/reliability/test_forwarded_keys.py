@@ -115,3 +115,38 @@ async def test_claude_code_tool_never_sees_a_forwarded_key(
         "ANTHROPIC_API_KEY was forwarded by default and used as the product's own auth header"
     )
     assert list(run_dirs.iterdir()) == [], "the run's dir is removed with the run"
+
+
+SHOW_PLAIN = 'echo "plain=${AMBIENT_PLAIN:-unset} path=${PATH:+set}"'
+
+
+async def test_core_policy_runs_both_products_without_the_rest_of_the_ambient_env(
+    codex: Any, claude: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``env_policy = "core"``: the products still answer; an ambient plain name is gone."""
+    monkeypatch.setenv("AMBIENT_PLAIN", "ambient-plain-value")
+    call = {"cmd": SHOW_PLAIN, "login": False, "yield_time_ms": 10_000}
+    codex.server.queue(Reply((FunctionCallItem("exec_command", call),)))
+    codex.server.queue(Reply((MessageItem("done"),)))
+    claude.server.queue_tool_use("Bash", {"command": SHOW_PLAIN, "description": "show"})
+    claude.server.queue_text("done")
+    runs = [
+        (
+            codex.provider(env_policy="core"),
+            codex.request("core"),
+            lambda: codex.server.model_requests,
+        ),
+        (
+            claude.provider(
+                env_policy="core", permission_mode="bypassPermissions", env={"IS_SANDBOX": "1"}
+            ),
+            claude.request("core"),
+            lambda: claude.server.requests,
+        ),
+    ]
+    for provider, request, requests in runs:
+        async with await provider.start(request) as run:
+            result = await run.result()
+        assert result.stop_reason is StopReason.COMPLETED, result.diagnostic
+        tool_output = json.dumps([getattr(r, "json", None) or r.body for r in requests()])
+        assert "plain=unset path=set" in tool_output, re.findall(r"plain=[^\\]*", tool_output)
