@@ -130,23 +130,24 @@ async def test_core_policy_runs_both_products_without_the_rest_of_the_ambient_en
     codex.server.queue(Reply((MessageItem("done"),)))
     claude.server.queue_tool_use("Bash", {"command": SHOW_PLAIN, "description": "show"})
     claude.server.queue_text("done")
-    runs = [
-        (
-            codex.provider(env_policy="core"),
-            codex.request("core"),
-            lambda: codex.server.model_requests,
-        ),
+    runs: list[tuple[Any, Any, str]] = [
+        (codex.provider(env_policy="core"), codex.request("core"), "codex"),
         (
             claude.provider(
                 env_policy="core", permission_mode="bypassPermissions", env={"IS_SANDBOX": "1"}
             ),
             claude.request("core"),
-            lambda: claude.server.requests,
+            "claude",
         ),
     ]
-    for provider, request, requests in runs:
+    for provider, request, product in runs:
         async with await provider.start(request) as run:
             result = await run.result()
         assert result.stop_reason is StopReason.COMPLETED, result.diagnostic
-        tool_output = json.dumps([getattr(r, "json", None) or r.body for r in requests()])
+        bodies = (
+            [r.json for r in codex.server.model_requests]
+            if product == "codex"
+            else [r.body for r in claude.server.requests]
+        )
+        tool_output = json.dumps(bodies)
         assert "plain=unset path=set" in tool_output, re.findall(r"plain=[^\\]*", tool_output)
