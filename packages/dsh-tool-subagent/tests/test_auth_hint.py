@@ -8,14 +8,13 @@ from typing import Any
 
 import pytest
 
-from dsh.subagent import DoctorCheck, FailureFacts
+from dsh.subagent import FailureFacts
 from dsh.subagent.testing import FakeProvider
 from dsh.subprocess import is_credential_env
 from dsh.tool_subagent import Harness
 from dsh.tool_subagent import _harness as harness_module
 from dsh.tool_subagent._auth_hint import auth_hint
-from dsh.tool_subagent._cli import main, run_command
-from dsh.tool_subagent._doctor import doctor
+from dsh.tool_subagent._cli import run_command
 
 HINT = (
     'dsh run: hint: OPENAI_API_KEY set in this environment but not passed to provider "fake"; '
@@ -85,44 +84,3 @@ def test_no_hint_when_the_provider_forwards_every_credential() -> None:
         "dsh run: hint: ANTHROPIC_API_KEY, A_TOKEN, B_SECRET (+1 more) set in this environment "
         'but not passed to provider "codex"'
     )
-
-
-class _Instance:
-    def __init__(self, names: str) -> None:
-        self.names = names
-
-    def doctor(self) -> list[DoctorCheck]:
-        return [DoctorCheck("credential variables", self.names, True)]
-
-
-def test_doctor_reports_each_configured_instance(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("COLUMNS", "200")
-    instances: list[tuple[str, Any]] = [
-        ("codex-a", _Instance("A_KEY")),
-        ("codex-b", _Instance("none")),
-    ]
-    assert doctor(instances=instances) == 0
-    out = capsys.readouterr().out
-    assert "codex-a" in out
-    assert "A_KEY" in out
-    assert "codex-b" in out
-
-
-def test_doctor_profile_flag_builds_the_profiles_instances(
-    tmp_path: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("COLUMNS", "200")
-    profile = tmp_path / "p.toml"
-    profile.write_text(
-        '[[provider]]\nkind = "codex"\n[provider.config]\nprovider_name = "codex-x"\n'
-        'inherit_env = ["MY_GATEWAY_TOKEN"]\n'
-    )
-    monkeypatch.setenv("MY_GATEWAY_TOKEN", "value-never-shown")
-    main(["doctor", "--profile", str(profile)])
-    out = capsys.readouterr().out
-    row = next(line for line in out.splitlines() if "credential variables" in line)
-    assert "codex-x" in row
-    assert "MY_GATEWAY_TOKEN" in row
-    assert "value-never-shown" not in out
