@@ -77,11 +77,12 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
         yield Setup(profile, workspace, codex, claude)
 
 
-async def _dsh(setup: Setup, *args: str) -> Ran:
+async def _dsh(setup: Setup, *args: str, env: dict[str, str] | None = None) -> Ran:
     argv = [sys.executable, "-m", "dsh.tool_subagent._cli", "run", "--profile", str(setup.profile)]
     spec = SpawnSpec(
         argv=[*argv, "--cwd", str(setup.workspace), *args],
         cwd=str(setup.workspace),
+        env=env or {},
         stdout=Collect(1 << 16),
         stderr=Collect(1 << 16),
     )
@@ -146,4 +147,23 @@ async def test_dsh_run_failure_exits_1_with_the_model_visible_error(
     assert (ran.exit_code, ran.stdout) == (1, "")
     assert ran.stderr == f"subagent run failed\nDiagnostic: {diagnostic}\n"
     assert secret not in ran.stderr
+    assert await _left_by(ran.pid) == []
+
+
+async def test_an_authentication_failure_hints_at_an_unforwarded_credential(setup: Setup) -> None:
+    """The real CLI gets a 401; a gateway token was exported to dsh but not forwarded."""
+    value = "gateway-token-value-5a1e"
+    setup.claude.queue_http_error(401, "invalid x-api-key")
+    ran = await _dsh(
+        setup, "--tool", "subagent_claude_code", "CLI-AUTH task", env={"MY_GATEWAY_TOKEN": value}
+    )
+    assert (ran.exit_code, ran.stdout) == (1, "")
+    assert ran.stderr == (
+        "subagent run failed\nDiagnostic: Product subagent failure (product: Claude Code; "
+        "stage: query-run; category: authentication; HTTP status: 401)\n"
+        "dsh run: hint: MY_GATEWAY_TOKEN set in this environment but not passed to provider "
+        '"claude-code"; to forward one, list it in that provider\'s inherit_env in the profile\n'
+    )
+    assert value not in ran.stderr
+    assert all(value.encode() not in r.raw_body for r in setup.claude.requests)
     assert await _left_by(ran.pid) == []

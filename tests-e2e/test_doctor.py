@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 
+from dsh.subagent_claude_code import CLAUDE_CREDENTIAL_ENV
+from dsh.subagent_codex import CODEX_CREDENTIAL_ENV
 from dsh.tool_subagent._cli import main
 
 
 def test_doctor_reports_both_pinned_products_healthy(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("COLUMNS", "200")  # no cell wraps
+    for name in (*CODEX_CREDENTIAL_ENV, *CLAUDE_CREDENTIAL_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-value-never-shown")
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex"))
+    (tmp_path / "codex").mkdir()
+    (tmp_path / "codex" / "auth.json").write_text("{}")
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
     rc = main(["doctor"])
     out = capsys.readouterr().out
     rows = {
@@ -25,8 +35,31 @@ def test_doctor_reports_both_pinned_products_healthy(
         ("codex", "package", f"{codex} {version(codex)}", "yes"),
         ("codex", "Codex version", "0.163.0", "yes"),
         ("codex", "Codex payload", "present and executable", "yes"),
+        ("codex", "credential variables", "none", "yes"),
+        ("codex", "login file", "exists", "yes"),
         ("claude-code", "package", f"{claude} {version(claude)}", "yes"),
         ("claude-code", "claude-agent-sdk version", "0.2.189", "yes"),
         ("claude-code", "Claude Code payload", "present and executable", "yes"),
+        ("claude-code", "credential variables", "ANTHROPIC_API_KEY", "yes"),
+        ("claude-code", "login file", "absent", "yes"),
     }
     assert rc == 0
+    assert "sk-ant-value-never-shown" not in out
+
+
+def test_doctor_profile_reports_each_instance_by_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    profile = tmp_path / "p.toml"
+    profile.write_text(
+        '[[provider]]\nkind = "codex"\n[provider.config]\nprovider_name = "codex-x"\n'
+        'inherit_env = ["MY_GATEWAY_TOKEN"]\n'
+    )
+    monkeypatch.setenv("MY_GATEWAY_TOKEN", "value-never-shown")
+    assert main(["doctor", "--profile", str(profile)]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "credential variables" in line)
+    assert "codex-x" in row
+    assert "MY_GATEWAY_TOKEN" in row
+    assert "value-never-shown" not in out

@@ -76,6 +76,7 @@ def test_child_env_is_really_scrubbed() -> None:
     assert env == {
         "PATH": "/usr/bin",
         "KEEP_ME": "inherited",
+        "ANTHROPIC_API_KEY": "sk-ambient",  # Claude Code's own credential: forwarded by default
         "GITHUB_TOKEN": "ghp",
         "ANTHROPIC_BASE_URL": "http://127.0.0.1:1",
         "CLAUDE_CODE_ENTRYPOINT": "sdk-py",

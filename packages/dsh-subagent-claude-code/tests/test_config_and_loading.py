@@ -119,7 +119,7 @@ async def test_request_checks_spawn_nothing(tmp_path: Path, make_request: Any) -
 
 
 def test_doctor_reports_the_pinned_sdk_and_its_bundled_cli() -> None:
-    assert ClaudeCodeProvider.doctor() == [
+    assert ClaudeCodeProvider().doctor()[:2] == [
         DoctorCheck("claude-agent-sdk version", "0.2.189", True),
         DoctorCheck("Claude Code payload", "present and executable", True),
     ]
@@ -130,6 +130,6 @@ def test_doctor_reports_a_missing_bundled_cli(monkeypatch: pytest.MonkeyPatch) -
         raise command_module.PayloadMissing("the wheel carries no bundled CLI")
 
     monkeypatch.setattr(command_module, "bundled_cli", missing)
-    assert ClaudeCodeProvider.doctor()[1] == DoctorCheck(
+    assert ClaudeCodeProvider().doctor()[1] == DoctorCheck(
         "Claude Code payload", "missing or not executable", False
     )

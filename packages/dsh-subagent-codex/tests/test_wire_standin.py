@@ -115,6 +115,7 @@ async def test_handshake_fields(tmp_path: Path) -> None:
         "approvalPolicy": "on-request",
         "approvalsReviewer": "auto_review",
         "sandbox": "workspace-write",
+        "config": {"shell_environment_policy.exclude": ["CODEX_API_KEY", "OPENAI_API_KEY"]},
     }
 
 

@@ -4,13 +4,20 @@ import json
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dsh.subprocess import (
+    CORE_ENV_NAMES,
+    SCRUB_EXEMPT_NAMES,
     TREE_MARKER_ENV,
     Collect,
+    EnvForwarding,
     SpawnSpec,
     SubprocessRuntime,
     build_child_env,
+    is_credential_env,
+    policy_overlay,
     scrubbed_parent_env,
 )
 
@@ -23,6 +30,116 @@ def test_scrub_pure() -> None:
     assert scrubbed_parent_env(env) == {"PATH": "/bin", "CODEX_HOME": "/c", "TERM": "xterm"}
     merged = build_child_env({"DSH_X": "1", "PATH": None, "OPENAI_API_KEY": "k"}, environ=env)
     assert merged == {"CODEX_HOME": "/c", "TERM": "xterm", "DSH_X": "1", "OPENAI_API_KEY": "k"}
+
+
+LEAKED = {
+    "MYSQL_PWD": "pw",
+    "DATABASE_URL": "postgres://u:pw@h/db",
+    "DOCKER_AUTH_CONFIG": '{"auths": {}}',
+    "CI_JOB_JWT": "x",
+    "GOOGLE_CREDENTIALS": "{}",
+    "AWS_SESSION_CREDENTIALS_X": "x",
+    "PLAIN_LOOKING": "https://ghp_abc@github.com/o/r.git",
+    "SIGNED": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.sig",
+    "PEM": "-----BEGIN OPENSSH PRIVATE KEY-----\nabc",
+    "DB_PASSWD": "pw",
+    "GPG_PASSPHRASE": "pw",
+    "GH_PAT": "ghp",
+}
+KEPT = {
+    "SSH_AUTH_SOCK": "/run/user/1/ssh.sock",
+    "PWD": "/w",
+    "OLDPWD": "/",
+    "GIT_AUTHOR_NAME": "A",
+    "HTTPS_PROXY": "http://proxy:3128",
+    "DOCS_URL": "https://example.org/a:b@c",
+    "PYTHONPATH": "/p",
+    "PATH_EXTRA": "/q",
+}
+
+
+def test_credential_names_and_values_are_scrubbed_and_the_shell_names_kept() -> None:
+    assert scrubbed_parent_env(LEAKED | KEPT) == KEPT
+
+
+_NAME = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True)
+_SECRET_PART = st.sampled_from(
+    ["KEY", "token", "Secret", "PASSWORD", "passwd", "CREDENTIALS", "JWT", "AUTH", "COOKIE"]
+)
+_USERINFO = st.from_regex(r"[a-z0-9]{0,6}:[a-zA-Z0-9%]{1,10}", fullmatch=True)
+
+
+@given(_NAME, _SECRET_PART, _NAME, st.text(max_size=20))
+def test_a_name_with_a_credential_part_is_always_removed(
+    head: str, part: str, tail: str, value: str
+) -> None:
+    name = f"{head}{part}{tail}"
+    assert name not in scrubbed_parent_env({name: value, "PATH": "/bin"})
+
+
+@given(_NAME, st.sampled_from(["postgres", "mysql", "redis", "https", "amqp"]), _USERINFO)
+def test_a_url_with_a_password_is_removed_whatever_its_name(
+    name: str, scheme: str, userinfo: str
+) -> None:
+    value = f"{scheme}://{userinfo}@db.internal:5432/app"
+    assert is_credential_env(name, value)
+    assert name not in scrubbed_parent_env({name: value})
+
+
+@given(st.dictionaries(_NAME, st.text(max_size=30), max_size=8))
+def test_the_scrub_only_removes_names_and_never_invents_or_alters_values(
+    environ: dict[str, str],
+) -> None:
+    scrubbed = scrubbed_parent_env(environ)
+    assert scrubbed.items() <= environ.items()
+    for name, value in environ.items():
+        if not is_credential_env(name, value) and not name.upper().startswith("DSH_"):
+            assert scrubbed[name] == value
+
+
+@given(st.dictionaries(_NAME, st.text(max_size=10), max_size=8), st.sets(_NAME, max_size=3))
+def test_core_keeps_only_the_allow_list_and_keep_names(
+    environ: dict[str, str], keep: set[str]
+) -> None:
+    env = build_child_env({"GIVEN_X": "1"}, environ=environ, policy="core", keep=keep)
+    allowed = CORE_ENV_NAMES | keep | {"GIVEN_X"}
+    assert all(name in allowed or name.startswith("LC_") for name in env)
+    assert set(env) <= set(scrubbed_parent_env(environ)) | {"GIVEN_X"}
+
+
+def test_core_policy_pure() -> None:
+    ambient = LEAKED | KEPT | {"PATH": "/bin", "LC_ALL": "C", "CODEX_HOME": "/c", "OTHER": "x"}
+    assert build_child_env(environ=ambient, policy="core", keep=["CODEX_HOME"]) == {
+        "PATH": "/bin",
+        "LC_ALL": "C",
+        "CODEX_HOME": "/c",
+        "HTTPS_PROXY": "http://proxy:3128",
+    }
+    assert policy_overlay("scrub", environ=ambient) == {}
+    assert set(policy_overlay("core", environ=ambient)) >= {"OTHER", "PWD", "SSH_AUTH_SOCK"}
+    with pytest.raises(ValueError, match="env policy"):
+        policy_overlay("everything", environ=ambient)  # type: ignore[arg-type]
+    assert {"PWD", "OLDPWD", "SSH_AUTH_SOCK"} <= SCRUB_EXEMPT_NAMES
+
+
+def test_env_forwarding_overlay_names_and_hidden_names() -> None:
+    ambient = {"A_KEY": "k", "PLAIN": "p", "OTHER": "o", "PATH": "/bin"}
+    plan = EnvForwarding(
+        policy="core",
+        forward=("A_KEY", "PLAIN", "UNSET_NAME"),
+        env={"DB": "postgres://u:pw@h/db", "RUST_LOG": "x"},
+        tool_visible=("PLAIN",),
+    )
+    assert plan.overlay(ambient) == {
+        "OTHER": None,
+        "A_KEY": "k",
+        "PLAIN": "p",
+        "DB": "postgres://u:pw@h/db",
+        "RUST_LOG": "x",
+    }
+    assert plan.names(ambient) == ("A_KEY", "DB", "PLAIN", "RUST_LOG")
+    assert plan.credential_names(ambient) == ["A_KEY", "DB", "PLAIN"]
+    assert plan.hidden() == ["A_KEY", "DB", "UNSET_NAME"]
 
 
 async def _child_env(runtime: SubprocessRuntime, overlay: dict[str, str | None]) -> dict[str, str]:
@@ -62,3 +179,18 @@ async def test_none_overlay_removes_name(
     monkeypatch.setenv("PLAIN_NAME", "x")
     assert "PLAIN_NAME" in await _child_env(runtime, {})
     assert "PLAIN_NAME" not in await _child_env(runtime, {"PLAIN_NAME": None})
+
+
+async def test_widened_scrub_and_core_tombstones_reach_a_real_child(
+    runtime: SubprocessRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in (LEAKED | KEPT).items():
+        monkeypatch.setenv(name, value)
+    env = await _child_env(runtime, {})
+    assert not set(LEAKED) & set(env)
+    assert {name: env[name] for name in KEPT if name != "PWD"} == {
+        name: value for name, value in KEPT.items() if name != "PWD"
+    }
+    core = await _child_env(runtime, {**policy_overlay("core"), "GIVEN_X": "1"})
+    assert {"GIVEN_X", "PATH", TREE_MARKER_ENV} <= set(core)
+    assert not {"SSH_AUTH_SOCK", "GIT_AUTHOR_NAME", "PYTHONPATH"} & set(core)

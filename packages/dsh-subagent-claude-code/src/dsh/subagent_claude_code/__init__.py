@@ -7,6 +7,16 @@ loopback Messages fixture lives in :mod:`dsh.subagent_claude_code.testing`.
 
 from dsh.subagent_claude_code._provider import ClaudeCodeProvider
 from dsh.subagent_claude_code._run import ClaudeCodeRun
-from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig, PermissionMode
+from dsh.subagent_claude_code.config import (
+    CLAUDE_CREDENTIAL_ENV,
+    ClaudeCodeProviderConfig,
+    PermissionMode,
+)
 
-__all__ = ["ClaudeCodeProvider", "ClaudeCodeProviderConfig", "ClaudeCodeRun", "PermissionMode"]
+__all__ = [
+    "CLAUDE_CREDENTIAL_ENV",
+    "ClaudeCodeProvider",
+    "ClaudeCodeProviderConfig",
+    "ClaudeCodeRun",
+    "PermissionMode",
+]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import claude_agent_sdk
 
+from dsh.subagent_claude_code._env import forwarding
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
 
 __all__ = ["SESSION_MARKERS", "bundled_cli", "child_env_overlay", "cli_argv"]
@@ -63,14 +64,13 @@ def child_env_overlay(
     *,
     cwd: str,
     tmp_dir: str | None,
+    env_file: str | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> dict[str, str | None]:
-    """The overlay for ``build_child_env``: inherited names, ``env``, SDK names, tombstones."""
+    """The overlay for ``build_child_env``: policy tombstones, forwarded names, ``env``, SDK
+    names, session tombstones, and ``CLAUDE_ENV_FILE`` (the Bash-tool env script) when given."""
     ambient: Mapping[str, str] = os.environ if environ is None else environ
-    overlay: dict[str, str | None] = {
-        name: ambient[name] for name in config.inherit_env if name in ambient
-    }
-    overlay.update(config.env)
+    overlay = forwarding(config).overlay(ambient)
     overlay.setdefault("CLAUDE_CODE_ENTRYPOINT", "sdk-py")
     overlay["CLAUDE_AGENT_SDK_VERSION"] = claude_agent_sdk.__version__
     overlay["PWD"] = cwd
@@ -79,4 +79,6 @@ def child_env_overlay(
     if tmp_dir is not None:
         overlay["TMPDIR"] = tmp_dir
         overlay["CLAUDE_CODE_TMPDIR"] = tmp_dir
+    if env_file is not None:
+        overlay["CLAUDE_ENV_FILE"] = env_file
     return overlay

@@ -15,6 +15,8 @@ from types import TracebackType
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from dsh.subagent_claude_code.config import CLAUDE_CREDENTIAL_ENV
+
 __all__ = ["Behaviour", "FakeMessagesServer", "RecordedRequest", "hermetic_env"]
 
 _DEFAULT_MODEL = "claude-sonnet-5-5"
@@ -415,14 +417,17 @@ def hermetic_env(
 
     Creates ``<root>/home`` and ``<root>/claude-config``. Pass the result as the provider's
     ``env``. ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` is the one switch that stops all other
-    traffic; retries are off so a model-side failure surfaces at once.
+    traffic; retries are off so a model-side failure surfaces at once. Claude Code's other
+    credential and base-URL names (``CLAUDE_CREDENTIAL_ENV``, forwarded by default) are set to
+    empty values, which win over the ambient ones: a test never picks up the developer's real
+    token. The CLI treats an empty value as unset.
     """
     base = Path(root)
     home = base / "home"
     config = base / "claude-config"
     home.mkdir(parents=True, exist_ok=True)
     config.mkdir(parents=True, exist_ok=True)
-    return {
+    return dict.fromkeys(CLAUDE_CREDENTIAL_ENV, "") | {
         "ANTHROPIC_BASE_URL": base_url,
         "ANTHROPIC_API_KEY": api_key,
         "HOME": str(home),

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
@@ -25,6 +23,11 @@ from dsh.subagent_claude_code._command import (
     bundled_cli,
     child_env_overlay,
     cli_argv,
+)
+from dsh.subagent_claude_code._env import (
+    credential_rows,
+    forwarding,
+    make_run_dir,
 )
 from dsh.subagent_claude_code._mapping import PRODUCT
 from dsh.subagent_claude_code._run import PREFIX, ClaudeCodeRun, StartupExit
@@ -65,13 +68,17 @@ class ClaudeCodeProvider:
         """Build from a plain mapping (entry-point loading), validated by the pydantic config."""
         return cls(ClaudeCodeProviderConfig.model_validate(dict(config)))
 
-    @staticmethod
-    def doctor() -> list[DoctorCheck]:
-        """``dsh doctor`` rows: the pinned SDK's version and whether its bundled CLI is usable."""
+    def doctor(self) -> list[DoctorCheck]:
+        """``dsh doctor`` rows: the pinned SDK, its bundled CLI, and this instance's credentials."""
         return [
             version_check("claude-agent-sdk version", "claude-agent-sdk"),
             payload_check("Claude Code payload", lambda: _command.bundled_cli()),
+            *credential_rows(self.config),
         ]
+
+    def forwarded_env_names(self) -> tuple[str, ...]:
+        """The names (never values) of the env this instance passes on to the CLI."""
+        return forwarding(self.config).names()
 
     @property
     def name(self) -> str:
@@ -82,22 +89,21 @@ class ClaudeCodeProvider:
         prompt = "".join(texts)
         await reap_orphans_once()
         argv = self._argv()
-        tmp_dir = (
-            tempfile.mkdtemp(prefix=f"dsh-claude-{os.getpid()}-")
-            if self.config.private_tmp
-            else None
-        )
+        # One run-owned dir (removed with the run): the private TMPDIR when enabled, and always
+        # the home of the Bash-tool env script.
+        run_dir, env_file = make_run_dir(self.config)
+        tmp_dir = run_dir if self.config.private_tmp else None
         spec = SpawnSpec(
             argv=argv,
             cwd=cwd,
-            env=child_env_overlay(self.config, cwd=cwd, tmp_dir=tmp_dir),
+            env=child_env_overlay(self.config, cwd=cwd, tmp_dir=tmp_dir, env_file=env_file),
             stdin="pipe",
             stdout="pipe",
             stderr="pipe",
             grace_ms=self.config.dispose_grace_ms,
             nice=self.config.nice,
         )
-        run = ClaudeCodeRun(self.config, spec, self._runtime or default_runtime(), tmp_dir)
+        run = ClaudeCodeRun(self.config, spec, self._runtime or default_runtime(), run_dir)
         try:
             await run.spawn()
             run.begin(prompt)

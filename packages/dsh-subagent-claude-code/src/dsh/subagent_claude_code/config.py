@@ -4,11 +4,23 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from dsh.subagent import check_env_names, check_env_overlay
+from dsh.subprocess import EnvPolicy
 
-__all__ = ["ClaudeCodeProviderConfig", "PermissionMode"]
+__all__ = ["CLAUDE_CREDENTIAL_ENV", "ClaudeCodeProviderConfig", "PermissionMode"]
+
+CLAUDE_CREDENTIAL_ENV = (
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_BEDROCK_BASE_URL",
+    "ANTHROPIC_VERTEX_BASE_URL",
+    "ANTHROPIC_FOUNDRY_BASE_URL",
+)
+"""Claude Code's own credential and base-URL names, forwarded by default (no other product's)."""
 
 PermissionMode = Literal["dontAsk", "acceptEdits", "auto", "plan", "bypassPermissions"]
 
@@ -28,6 +40,12 @@ class ClaudeCodeProviderConfig(BaseModel):
     model: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     inherit_env: list[str] = Field(default_factory=list)
+    credential_env: list[str] = Field(default_factory=lambda: list(CLAUDE_CREDENTIAL_ENV))
+    """Ambient credential names forwarded when set; ``[]`` forwards none. Tools never see them."""
+    env_policy: EnvPolicy = "scrub"
+    """``scrub`` (ambient env minus credentials) or ``core`` (an allow-list; see dsh.subprocess)."""
+    tool_env: list[str] = Field(default_factory=list)
+    """Forwarded names that Bash commands may still see (every other forwarded name is unset)."""
     permission_mode: PermissionMode = "dontAsk"
     dispose_grace_ms: float = Field(default=3000, gt=0, le=_MAX_GRACE_MS)
     private_tmp: bool = True
@@ -55,8 +73,8 @@ class ClaudeCodeProviderConfig(BaseModel):
         check_env_overlay(value)
         return value
 
-    @field_validator("inherit_env")
+    @field_validator("inherit_env", "credential_env", "tool_env")
     @classmethod
-    def _inherit_names(cls, value: list[str]) -> list[str]:
-        check_env_names(value, "inherit_env")
+    def _inherit_names(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        check_env_names(value, info.field_name or "inherit_env")
         return value

@@ -5,8 +5,14 @@
 ``dsh.subagent_codex.testing``.
 """
 
-from dsh.subagent_codex._config import CodexProviderConfig, PermissionMode
+from dsh.subagent_codex._config import CODEX_CREDENTIAL_ENV, CodexProviderConfig, PermissionMode
 from dsh.subagent_codex._provider import CodexProvider
 from dsh.subagent_codex._run import CodexRun
 
-__all__ = ["CodexProvider", "CodexProviderConfig", "CodexRun", "PermissionMode"]
+__all__ = [
+    "CODEX_CREDENTIAL_ENV",
+    "CodexProvider",
+    "CodexProviderConfig",
+    "CodexRun",
+    "PermissionMode",
+]

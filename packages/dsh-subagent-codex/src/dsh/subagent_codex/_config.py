@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from dsh.subagent import check_env_names, check_env_overlay
+from dsh.subprocess import EnvPolicy
 
-__all__ = ["CodexProviderConfig", "PermissionMode"]
+__all__ = ["CODEX_CREDENTIAL_ENV", "CodexProviderConfig", "PermissionMode"]
+
+CODEX_CREDENTIAL_ENV = ("OPENAI_API_KEY", "CODEX_API_KEY")
+"""Codex's own standard credential variables, forwarded by default (never another product's)."""
 
 PermissionMode = Literal["never", "approve-for-me", "dangerously-bypass-approvals-and-sandbox"]
 
@@ -26,6 +30,12 @@ class CodexProviderConfig(BaseModel):
     model: str | None = Field(default=None, min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
     inherit_env: tuple[str, ...] = ()
+    credential_env: tuple[str, ...] = CODEX_CREDENTIAL_ENV
+    """Ambient credential names forwarded when set; ``[]`` forwards none. Tools never see them."""
+    env_policy: EnvPolicy = "scrub"
+    """``scrub`` (ambient env minus credentials) or ``core`` (an allow-list; see dsh.subprocess)."""
+    tool_env: tuple[str, ...] = ()
+    """Forwarded names that tool commands may still see (every other forwarded name is hidden)."""
     permission_mode: PermissionMode = "never"
     dispose_grace_ms: float = Field(default=3000.0, gt=0, le=2147483647)
     stderr: Literal["forward", "discard"] = "forward"
@@ -52,8 +62,8 @@ class CodexProviderConfig(BaseModel):
         check_env_overlay(value)
         return value
 
-    @field_validator("inherit_env")
+    @field_validator("inherit_env", "credential_env", "tool_env")
     @classmethod
-    def _names_valid(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        check_env_names(value, "inherit_env")
+    def _names_valid(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        check_env_names(value, info.field_name or "inherit_env")
         return value

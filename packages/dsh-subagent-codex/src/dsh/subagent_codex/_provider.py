@@ -21,6 +21,7 @@ from dsh.subagent import (
     version_check,
 )
 from dsh.subagent_codex._config import CodexProviderConfig
+from dsh.subagent_codex._env import credential_rows, forwarding, tool_env_override
 from dsh.subagent_codex._mapping import MODE_FIELDS, OPT_OUT_NOTIFICATIONS, PREFIX, PRODUCT
 from dsh.subagent_codex._run import CodexRun, StartupFailure
 from dsh.subagent_codex._wire import MAX_LINE_BYTES
@@ -82,13 +83,17 @@ class CodexProvider:
     def from_config(cls, config: Mapping[str, Any]) -> Self:
         return cls(CodexProviderConfig.model_validate(dict(config)))
 
-    @staticmethod
-    def doctor() -> list[DoctorCheck]:
-        """``dsh doctor`` rows: the pinned binary's version and whether its payload is usable."""
+    def doctor(self) -> list[DoctorCheck]:
+        """``dsh doctor`` rows: the pinned binary, its payload, and this instance's credentials."""
         return [
             version_check("Codex version", "openai-codex-cli-bin"),
             payload_check("Codex payload", lambda: _locate()[0]),
+            *credential_rows(self.config),
         ]
+
+    def forwarded_env_names(self) -> tuple[str, ...]:
+        """The names (never values) of the env this instance passes on to the product."""
+        return forwarding(self.config).names()
 
     @property
     def name(self) -> str:
@@ -105,13 +110,7 @@ class CodexProvider:
         return await self._spawn_and_publish(cwd, list(texts))
 
     def _argv_env(self) -> tuple[list[str], dict[str, str | None]]:
-        config = self.config
-        env: dict[str, str | None] = {}
-        for name in config.inherit_env:
-            value = os.environ.get(name)
-            if value is not None:
-                env[name] = value
-        env.update(config.env)
+        env = forwarding(self.config).overlay()
         if self._program is not None:
             return ([*self._program, "app-server", "--listen", "stdio://"], env)
         program, path_dir = _locate()
@@ -150,7 +149,11 @@ class CodexProvider:
             "experimentalApi": False,
             "optOutNotificationMethods": list(OPT_OUT_NOTIFICATIONS),
         }
-        thread: dict[str, Any] = {"cwd": cwd, "ephemeral": True}
+        thread: dict[str, Any] = {
+            "cwd": cwd,
+            "ephemeral": True,
+            "config": tool_env_override(config),
+        }
         if config.model is not None:
             thread["model"] = config.model
         thread.update(MODE_FIELDS[config.permission_mode])

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dsh.subagent_codex._config import CODEX_CREDENTIAL_ENV
 from dsh.subagent_codex._fake_responses import (
     Behaviour,
     Drop,
@@ -105,8 +106,13 @@ def hermetic_env(
     user's login shell (``bash -lc`` sourcing ``$HOME/.bashrc``), and a keyless run must not run
     the host user's shell start-up files (a host ``.bashrc`` with ``pyenv init`` made every
     command turn wait on pyenv's rehash lock, for up to 60 s when a lock was left behind).
+
+    Codex's own credential names (``CODEX_CREDENTIAL_ENV``, forwarded by default) are set to
+    empty values, which win over the ambient ones: a test never picks up the developer's real
+    key. Codex treats an empty key as no key.
     """
-    env: dict[str, str] = {
+    env: dict[str, str] = dict.fromkeys(CODEX_CREDENTIAL_ENV, "")
+    env |= {
         "CODEX_HOME": str(Path(home)),
         "HOME": str(Path(home)),
         "CODEX_APP_SERVER_DISABLE_MANAGED_CONFIG": "1",

@@ -17,7 +17,7 @@ from dsh.subagent._discovery import (
     installed_provider_kinds,
     load_provider,
 )
-from dsh.subagent._doctor import DoctorCheck, payload_check, version_check
+from dsh.subagent._doctor import DoctorCheck, credential_checks, payload_check, version_check
 from dsh.subagent._env_config import check_env_names, check_env_overlay
 from dsh.subagent._events import (
     Listener,
@@ -77,6 +77,7 @@ __all__ = [
     "check_env_names",
     "check_env_overlay",
     "check_one_shot_request",
+    "credential_checks",
     "failure_line",
     "installed_provider_kinds",
     "load_provider",

@@ -5,9 +5,17 @@ Spawn through a ``SubprocessRuntime`` (``default_runtime()`` is the process-wide
 """
 
 from dsh.subprocess._env import (
+    CORE_ENV_NAMES,
+    CREDENTIAL_VALUE_PATTERN,
     DSH_ENV_PREFIX,
+    ENV_POLICIES,
+    SCRUB_EXEMPT_NAMES,
     SENSITIVE_ENV_PATTERN,
+    EnvForwarding,
+    EnvPolicy,
     build_child_env,
+    is_credential_env,
+    policy_overlay,
     scrubbed_parent_env,
 )
 from dsh.subprocess._orphans import marked_processes, reap_orphans, reap_orphans_once
@@ -26,12 +34,18 @@ from dsh.subprocess._spec import (
 from dsh.subprocess.errors import SpawnError, SubprocessError, TeardownError
 
 __all__ = [
+    "CORE_ENV_NAMES",
+    "CREDENTIAL_VALUE_PATTERN",
     "DSH_ENV_PREFIX",
+    "ENV_POLICIES",
     "MAX_GRACE_MS",
+    "SCRUB_EXEMPT_NAMES",
     "SENSITIVE_ENV_PATTERN",
     "TREE_MARKER_ENV",
     "Collect",
     "CollectedText",
+    "EnvForwarding",
+    "EnvPolicy",
     "ManagedProcess",
     "ProcessOutcome",
     "SpawnError",
@@ -43,7 +57,9 @@ __all__ = [
     "TeardownError",
     "build_child_env",
     "default_runtime",
+    "is_credential_env",
     "marked_processes",
+    "policy_overlay",
     "reap_orphans",
     "reap_orphans_once",
     "scrubbed_parent_env",

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from dsh.jobs import JobStatus
+from dsh.tool_subagent._auth_hint import auth_hint
 from dsh.tool_subagent._doctor import doctor
 from dsh.tool_subagent._harness import Harness
 from dsh.tool_subagent._tool import Caller, SubagentTool
@@ -53,6 +54,12 @@ async def _status(tool_name: str, stream: TextIO) -> AsyncIterator[None]:
         finally:
             ticker.cancel()
             await asyncio.gather(ticker, return_exceptions=True)
+
+
+def _print_auth_hint(tool: SubagentTool, failure_text: str, err: TextIO) -> None:
+    hint = auth_hint(tool.service.get(tool.config.provider), failure_text)
+    if hint:
+        print(hint, file=err)
 
 
 async def run_command(
@@ -99,9 +106,11 @@ async def run_command(
                 out.write(output)
                 return EXIT_OK
             print(f"{output or '(no output)'}\n{snapshot.status_line}", file=err)
+            _print_auth_hint(tool, snapshot.status_line, err)
             return EXIT_FAILED
     if result.is_error:
         print(result.text, file=err)
+        _print_auth_hint(tool, result.text, err)
         return EXIT_FAILED
     out.write(result.text)
     if result.text and not result.text.endswith("\n"):
@@ -135,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     profile_sub = profile.add_subparsers(dest="profile_command", required=True)
     check = profile_sub.add_parser("check", help="print the composition as JSON; starts nothing")
     check.add_argument("profile", metavar="P")
-    sub.add_parser("doctor", help="check installed providers and their bundled products")
+    check_up = sub.add_parser("doctor", help="check installed providers and their bundled products")
+    check_up.add_argument("--profile", help="check this profile's provider instances")
     sub.add_parser("demo", help="run the embedded demo against loopback model servers")
     mcp = sub.add_parser("mcp", help="serve the harness tools over MCP stdio")
     mcp.add_argument("--profile", help="profile TOML (default: every installed provider)")
@@ -161,7 +171,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps(harness.describe(), indent=2))
             return EXIT_OK
         if args.command == "doctor":
-            return doctor()
+            if args.profile is None:
+                return doctor()
+            subagents = Harness.from_profile(args.profile).subagents
+            return doctor(instances=[(n, subagents.get(n)) for n in subagents.names()])
         if args.command == "demo":
             from dsh.tool_subagent import _demo
 

@@ -1,0 +1,88 @@
+"""Claude Code's environment: forwarded credentials, the env policy, and the Bash-tool env.
+
+The CLI gets the scrubbed (or ``core``) ambient env, the provider's own credential names
+(``credential_env``) and the ``inherit_env`` names that are set, then ``env``. Its Bash commands
+get none of the forwarded names: the CLI runs the script named by ``CLAUDE_ENV_FILE`` ahead of
+every Bash command, and ours unsets them. (``CLAUDE_CODE_SUBPROCESS_ENV_SCRUB=1``, the CLI's own
+scrub, refuses to start at 2.1.332 unless bubblewrap is installed, and scrubs only Anthropic and
+cloud names; see docs/decisions.md.)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from dsh.subagent import DoctorCheck, credential_checks
+from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
+from dsh.subprocess import EnvForwarding
+
+__all__ = [
+    "CLAUDE_CONFIG_DIR_ENV",
+    "ENV_FILE_NAME",
+    "credential_rows",
+    "forwarding",
+    "make_run_dir",
+    "tool_env_script",
+]
+
+CLAUDE_CONFIG_DIR_ENV = ("CLAUDE_CONFIG_DIR",)
+"""The product's own config names: the ``core`` policy keeps them."""
+
+ENV_FILE_NAME = "dsh-tool-env.sh"
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def forwarding(config: ClaudeCodeProviderConfig) -> EnvForwarding:
+    """The config's env fields as one ``EnvForwarding`` (overlay, names, hidden names)."""
+    return EnvForwarding(
+        policy=config.env_policy,
+        keep=CLAUDE_CONFIG_DIR_ENV,
+        forward=(*config.credential_env, *config.inherit_env),
+        env=config.env,
+        tool_visible=tuple(config.tool_env),
+    )
+
+
+def tool_env_script(config: ClaudeCodeProviderConfig) -> str:
+    """The ``CLAUDE_ENV_FILE`` script: the deployment's own env file first, then ``unset``.
+
+    Names that are no shell identifier cannot be shell variables, so they are left out.
+    """
+    lines = []
+    own = config.env.get("CLAUDE_ENV_FILE")
+    if own:
+        lines.append(f". {shlex.quote(own)}")
+    names = [name for name in forwarding(config).hidden() if _SHELL_NAME.fullmatch(name)]
+    if names:
+        lines.append("unset " + " ".join(names))
+    return "\n".join(lines) + "\n"
+
+
+def make_run_dir(config: ClaudeCodeProviderConfig) -> tuple[str, str]:
+    """A fresh run-owned dir holding the ``CLAUDE_ENV_FILE`` script: ``(dir, script path)``.
+
+    The script is read-only, so a tool writing into ``$TMPDIR`` does not replace it by accident
+    (the same user can still change it on purpose; see the provider page's limits).
+    """
+    run_dir = tempfile.mkdtemp(prefix=f"dsh-claude-{os.getpid()}-")
+    script = Path(run_dir) / ENV_FILE_NAME
+    script.write_text(tool_env_script(config), encoding="utf-8")
+    script.chmod(0o400)
+    return run_dir, str(script)
+
+
+def credential_rows(
+    config: ClaudeCodeProviderConfig, environ: Mapping[str, str] | None = None
+) -> list[DoctorCheck]:
+    """``dsh doctor`` rows: the credential names the CLI will see and whether a login exists."""
+    ambient: Mapping[str, str] = os.environ if environ is None else environ
+    config_dir = config.env.get("CLAUDE_CONFIG_DIR") or ambient.get("CLAUDE_CONFIG_DIR")
+    home = Path(config.env.get("HOME") or Path.home())
+    root = Path(config_dir) if config_dir else home / ".claude"
+    names = forwarding(config).credential_names(ambient)
+    return credential_checks(names, [root / ".credentials.json"])
