@@ -4,6 +4,8 @@ Spawn through a ``SubprocessRuntime`` (``default_runtime()`` is the process-wide
 ``ManagedProcess`` is closed with ``await proc.aclose()``, which proves its whole tree gone.
 """
 
+from importlib import metadata as _metadata
+
 from dsh.subprocess._env import (
     DSH_ENV_PREFIX,
     SENSITIVE_ENV_PATTERN,
@@ -24,6 +26,11 @@ from dsh.subprocess._spec import (
     StreamSpec,
 )
 from dsh.subprocess.errors import SpawnError, SubprocessError, TeardownError
+
+try:
+    __version__ = _metadata.version("dsh-subprocess")
+except _metadata.PackageNotFoundError:  # imported from a source tree that is not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "DSH_ENV_PREFIX",
