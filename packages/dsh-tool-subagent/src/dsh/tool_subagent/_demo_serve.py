@@ -18,10 +18,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["CLAUDE_ANSWER", "CODEX_ANSWER", "serve", "to_toml"]
+__all__ = ["CLAUDE_ANSWER", "CODEX_ANSWER", "END_OF_PROFILE", "serve", "to_toml"]
 
 CODEX_ANSWER = "Hello from Codex, through the dsh loopback model."
 CLAUDE_ANSWER = "Hello from Claude Code, through the dsh loopback model."
+#: The profile's last line (a TOML comment), so a reader knows the profile is complete.
+END_OF_PROFILE = "# end of profile: the servers stay up until Ctrl-C, SIGTERM or SIGHUP"
 _BARE_KEY = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
 
@@ -81,6 +83,7 @@ async def serve(out: TextIO | None = None, err: TextIO | None = None) -> int:
             FakeMessagesServer(default_text=CLAUDE_ANSWER) as claude,
         ):
             text = to_toml(demo_profile(root, codex.base_url, claude.base_url))
+            text += END_OF_PROFILE + "\n"
             path = root / "profile.toml"
             path.write_text(text, encoding="utf-8")
             out.write(text)
