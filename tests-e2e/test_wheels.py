@@ -93,7 +93,7 @@ def test_every_distribution_has_classifiers_a_readme_and_bounded_siblings(
     assert "Typing :: Typed" in classifiers
     assert "Programming Language :: Python :: 3.11" in classifiers
     assert metadata["Description-Content-Type"] == "text/markdown"
-    assert metadata.get_payload().strip(), "the readme is the long description"
+    assert str(metadata.get_payload()).strip(), "the readme is the long description"
     for requirement in map(Requirement, metadata.get_all("Requires-Dist") or []):
         if requirement.name in DISTRIBUTIONS:
             assert str(requirement.specifier) in {">=0.1,<0.2", "<0.2,>=0.1"}, requirement

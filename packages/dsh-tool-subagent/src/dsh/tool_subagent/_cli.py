@@ -169,8 +169,9 @@ async def _run_main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     harness = Harness.from_profile(args.profile)
     began = time.monotonic()
+    limit = asyncio.timeout(args.timeout)
     try:
-        async with harness, asyncio.timeout(args.timeout):
+        async with harness, limit:
             return await run_command(
                 harness,
                 task,
@@ -180,7 +181,9 @@ async def _run_main(args: argparse.Namespace) -> int:
                 as_json=args.json,
             )
     except TimeoutError:
-        # asyncio.timeout cancelled the call, and leaving `async with harness` closed every run
+        if not limit.expired():
+            raise
+        # The limit cancelled the call, and leaving `async with harness` closed every run
         # (whole-tree exit) before this line.
         report = _run_report.timed_out(args.timeout, time.monotonic() - began, EXIT_TIMEOUT)
         if args.json:
