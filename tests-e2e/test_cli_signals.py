@@ -20,7 +20,6 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -210,37 +209,38 @@ async def test_dsh_run_stopped_by_a_signal_mid_tool_leaves_nothing(
         _kill_leftovers(leftovers)
 
 
-def _demo_dirs() -> set[Path]:
-    return set(Path(tempfile.gettempdir()).glob("dsh-demo-*"))
-
-
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 async def test_dsh_demo_stopped_by_a_signal_mid_run_leaves_nothing(
-    signum: signal.Signals, code: int
+    tmp_path: Path, signum: signal.Signals, code: int
 ) -> None:
-    before = await asyncio.to_thread(_demo_dirs)
+    # A private TMPDIR: the demo's homes (and so its products' env) are inside this test's
+    # directory, apart from any other demo running on the machine.
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
     spec = SpawnSpec(
         argv=[sys.executable, "-m", "dsh.tool_subagent._cli", "demo"],
+        env={"TMPDIR": str(private_tmp)},
         stdout=Collect(1 << 16),
         stderr=Collect(1 << 16),
     )
     proc = await default_runtime().spawn(spec)
-    roots: list[Path] = []
     leftovers: list[int] = []
     try:
 
         def products_running() -> bool:
-            roots[:] = sorted(_demo_dirs() - before)
-            return len(roots) == 1 and len(run_members(roots[0], roots[0].name)) >= 2
+            # the demo itself and at least one product of its first scenarios
+            return bool(list(private_tmp.glob("dsh-demo-*"))) and (
+                len(run_members(tmp_path, str(private_tmp))) >= 2
+            )
 
         await _wait_until(products_running, "the demo's products to run")
         os.kill(proc.pid, signum)
         async with asyncio.timeout(LIMIT_S):
             outcome = await proc.wait()
-        leftovers = await asyncio.to_thread(run_members, roots[0], roots[0].name)
+        leftovers = await asyncio.to_thread(run_members, tmp_path, str(private_tmp))
         assert leftovers == [], f"survivors of dsh demo after {signum.name}: {leftovers}"
         assert outcome.exit_code == code, proc.collected("stderr").text
-        assert await asyncio.to_thread(_demo_dirs) <= before  # its homes were removed too
+        assert await asyncio.to_thread(lambda: list(private_tmp.iterdir())) == []
     finally:
         await proc.aclose()
         _kill_leftovers(leftovers)
