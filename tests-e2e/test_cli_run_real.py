@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex.testing import (
     FakeResponsesServer,
     HttpStatus,
+    Stall,
     hermetic_env,
     write_codex_home,
 )
@@ -114,7 +116,7 @@ async def test_dsh_run_background_claude_code_answer(setup: Setup) -> None:
     answer = "claude answer through dsh run --background"
     setup.claude.queue_text(answer)
     ran = await _dsh(setup, "--tool", "subagent_claude_code", "--background", "CLI-BG task")
-    assert (ran.exit_code, ran.stdout) == (0, answer)
+    assert (ran.exit_code, ran.stdout) == (0, answer + "\n")  # the same ending as the foreground
     assert ran.stderr == "started background subagent job subagent-1\n"
     assert [r.task for r in setup.claude.requests] == ["CLI-BG task"]
     assert await _left_by(ran.pid) == []
@@ -160,10 +162,46 @@ async def test_an_authentication_failure_hints_at_an_unforwarded_credential(setu
     assert (ran.exit_code, ran.stdout) == (1, "")
     assert ran.stderr == (
         "subagent run failed\nDiagnostic: Product subagent failure (product: Claude Code; "
-        "stage: query-run; category: authentication; HTTP status: 401)\n"
+        "stage: query-run; category: authentication; HTTP status: 401; exit code: 1)\n"
         "dsh run: hint: MY_GATEWAY_TOKEN set in this environment but not passed to provider "
         '"claude-code"; to forward one, list it in that provider\'s inherit_env in the profile\n'
     )
     assert value not in ran.stderr
     assert all(value.encode() not in r.raw_body for r in setup.claude.requests)
+
+
+async def test_a_bare_tool_row_runs_on_each_product(setup: Setup) -> None:
+    """``[[tool]] provider = "..."`` with no max_depth is a working profile (the minimal one)."""
+    text = setup.profile.read_text(encoding="utf-8")
+    text += '\n[[tool]]\nprovider = "codex"\n\n[[tool]]\nprovider = "claude-code"\n'
+    text += 'tool_name = "claude"\n'
+    setup.profile.write_text(text, encoding="utf-8")
+    setup.codex.queue_message("minimal codex")
+    setup.claude.queue_text("minimal claude")
+    codex = await _dsh(setup, "--tool", "subagent", "minimal profile task")
+    claude = await _dsh(setup, "--tool", "claude", "minimal profile task")
+    assert (codex.exit_code, codex.stdout, codex.stderr) == (0, "minimal codex\n", "")
+    assert (claude.exit_code, claude.stdout, claude.stderr) == (0, "minimal claude\n", "")
+
+
+async def test_dsh_run_json_and_timeout(setup: Setup) -> None:
+    setup.claude.queue_text("json answer")
+    ran = await _dsh(setup, "--json", "--tool", "subagent_claude_code", "CLI-JSON task")
+    report = json.loads(ran.stdout)
+    assert (ran.exit_code, ran.stderr) == (0, "")
+    assert {k: report[k] for k in ("stop_reason", "text", "diagnostic", "job_id", "exit_code")} == {
+        "stop_reason": "completed",
+        "text": "json answer",
+        "diagnostic": None,
+        "job_id": None,
+        "exit_code": 0,
+    }
+    assert report["elapsed_s"] > 0
+    setup.codex.queue(Stall((), seconds=60))
+    began = time.monotonic()
+    ran = await _dsh(setup, "--timeout", "3", "CLI-TIMEOUT task")
+    took = time.monotonic() - began
+    assert (ran.exit_code, ran.stdout) == (124, "")
+    assert ran.stderr == "dsh run: cancelled after the --timeout of 3 s\n"
+    assert 3 <= took < 30
     assert await _left_by(ran.pid) == []

@@ -1,12 +1,20 @@
-"""Every distribution builds a wheel that contributes only to the PEP 420 namespace ``dsh``."""
+"""Every distribution builds a wheel that contributes only to the PEP 420 namespace ``dsh``,
+and every wheel and sdist carries the license text, classifiers, a readme and bounded siblings."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
+import tarfile
 import zipfile
+from email.message import Message
+from email.parser import Parser
 from pathlib import Path
 
 import pytest
+from hatchling.builders.sdist import SdistBuilder
 from hatchling.builders.wheel import WheelBuilder
+from packaging.requirements import Requirement
 
 WORKSPACE = Path(__file__).resolve().parent.parent
 DISTRIBUTIONS = sorted(p.name for p in (WORKSPACE / "packages").iterdir() if p.is_dir())
@@ -46,3 +54,59 @@ def test_wheel_ships_only_the_dsh_namespace(dist: str, tmp_path: Path) -> None:
 def test_no_source_tree_holds_a_namespace_init() -> None:
     strays = sorted(WORKSPACE.glob("packages/*/src/dsh/__init__.py"))
     assert strays == []
+
+
+def _metadata(wheel: Path) -> Message:
+    archive = zipfile.ZipFile(wheel)
+    (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+    return Parser().parsestr(archive.read(name).decode("utf-8"))
+
+
+@pytest.mark.parametrize("dist", DISTRIBUTIONS)
+def test_every_distribution_ships_the_mit_license_text(dist: str, tmp_path: Path) -> None:
+    license_text = (WORKSPACE / "LICENSE").read_text(encoding="utf-8")
+    assert license_text.startswith("MIT License\n")
+    assert (WORKSPACE / "packages" / dist / "LICENSE").read_text(encoding="utf-8") == license_text
+    wheel = _build_wheel(dist, tmp_path)
+    archive = zipfile.ZipFile(wheel)
+    (shipped,) = [n for n in archive.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+    assert archive.read(shipped).decode("utf-8") == license_text
+    (sdist,) = SdistBuilder(str(WORKSPACE / "packages" / dist)).build(
+        directory=str(tmp_path), versions=["standard"]
+    )
+    with tarfile.open(sdist) as tar:
+        (member,) = [m for m in tar.getmembers() if m.name.endswith("/LICENSE")]
+        extracted = tar.extractfile(member)
+        assert extracted is not None
+        assert extracted.read().decode("utf-8") == license_text
+    metadata = _metadata(wheel)
+    assert metadata["License-Expression"] == "MIT"
+    assert metadata.get_all("License-File") == ["LICENSE"]
+
+
+@pytest.mark.parametrize("dist", DISTRIBUTIONS)
+def test_every_distribution_has_classifiers_a_readme_and_bounded_siblings(
+    dist: str, tmp_path: Path
+) -> None:
+    metadata = _metadata(_build_wheel(dist, tmp_path))
+    classifiers = metadata.get_all("Classifier") or []
+    assert "Typing :: Typed" in classifiers
+    assert "Programming Language :: Python :: 3.11" in classifiers
+    assert metadata["Description-Content-Type"] == "text/markdown"
+    assert str(metadata.get_payload()).strip(), "the readme is the long description"
+    for requirement in map(Requirement, metadata.get_all("Requires-Dist") or []):
+        if requirement.name in DISTRIBUTIONS:
+            assert str(requirement.specifier) in {">=0.1,<0.2", "<0.2,>=0.1"}, requirement
+
+
+def test_dsh_subagent_has_no_extras_that_point_back_at_providers(tmp_path: Path) -> None:
+    # The providers depend on dsh-subagent; extras on it that pull them in made a cycle.
+    metadata = _metadata(_build_wheel("dsh-subagent", tmp_path))
+    assert metadata.get_all("Provides-Extra") is None
+    assert [r for r in metadata.get_all("Requires-Dist") or [] if "dsh-" in r] == []
+
+
+def test_each_package_reports_its_installed_version() -> None:
+    for dist in DISTRIBUTIONS:
+        module = importlib.import_module("dsh." + dist.removeprefix("dsh-").replace("-", "_"))
+        assert module.__version__ == importlib.metadata.version(dist), dist

@@ -128,7 +128,7 @@ async def test_profile_builds_and_describes(tmp_path: Path) -> None:
         ({"jobs": {"wait_timeout_ms": 0}}, "jobs.wait_timeout_ms: Input should be greater than 0"),
         ({"provider": [{"kind": "nope"}]}, 'provider[0].kind: no subagent provider kind "nope"'),
         (
-            {"provider": [{"kind": "fake"}], "tool": [{"provider": "fake"}]},
+            {"provider": [{"kind": "fake"}], "tool": [{"provider": "fake", "max_depth": 3}]},
             'tool[0].max_depth: provider "fake" cannot enforce max_depth',
         ),
         (
@@ -201,7 +201,7 @@ async def test_run_command_exit_codes(outcome: str, background: bool, code: int)
         assert harness.describe()["starts"] == 1
     assert rc == code
     if code == 0:
-        assert out.getvalue() == "the task text\n" if not background else "the task text"
+        assert out.getvalue() == "the task text\n"  # --background ends it the same way
     elif outcome == "error":
         assert out.getvalue() == ""
         assert "Product subagent failure (product: Codex; stage: turn" in err.getvalue()

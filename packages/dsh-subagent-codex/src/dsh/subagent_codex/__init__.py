@@ -5,9 +5,16 @@
 ``dsh.subagent_codex.testing``.
 """
 
+from importlib import metadata as _metadata
+
 from dsh.subagent_codex._config import CODEX_CREDENTIAL_ENV, CodexProviderConfig, PermissionMode
 from dsh.subagent_codex._provider import CodexProvider
 from dsh.subagent_codex._run import CodexRun
+
+try:
+    __version__ = _metadata.version("dsh-subagent-codex")
+except _metadata.PackageNotFoundError:  # imported from a source tree that is not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "CODEX_CREDENTIAL_ENV",

@@ -5,6 +5,8 @@ The value types and protocols a provider implements, the named provider registry
 providers, and entry-point discovery. The conformance kit lives in :mod:`dsh.subagent.testing`.
 """
 
+from importlib import metadata as _metadata
+
 from dsh.subagent._checks import check_one_shot_request
 from dsh.subagent._diagnostics import (
     MAX_DIAGNOSTIC_BYTES,
@@ -44,6 +46,11 @@ from dsh.subagent._types import (
     TextBlock,
 )
 from dsh.subagent.errors import ProductFailure, SubagentError
+
+try:
+    __version__ = _metadata.version("dsh-subagent")
+except _metadata.PackageNotFoundError:  # imported from a source tree that is not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "MAX_DIAGNOSTIC_BYTES",

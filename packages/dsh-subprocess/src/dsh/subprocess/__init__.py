@@ -4,6 +4,8 @@ Spawn through a ``SubprocessRuntime`` (``default_runtime()`` is the process-wide
 ``ManagedProcess`` is closed with ``await proc.aclose()``, which proves its whole tree gone.
 """
 
+from importlib import metadata as _metadata
+
 from dsh.subprocess._env import (
     CORE_ENV_NAMES,
     CREDENTIAL_VALUE_PATTERN,
@@ -32,6 +34,11 @@ from dsh.subprocess._spec import (
     StreamSpec,
 )
 from dsh.subprocess.errors import SpawnError, SubprocessError, TeardownError
+
+try:
+    __version__ = _metadata.version("dsh-subprocess")
+except _metadata.PackageNotFoundError:  # imported from a source tree that is not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "CORE_ENV_NAMES",

@@ -4,6 +4,8 @@
 and the job tools return one type. The ``dsh`` command lives in ``dsh.tool_subagent._cli``.
 """
 
+from importlib import metadata as _metadata
+
 from dsh.jobs.tools import ToolResult, to_anthropic_tool, to_openai_tool
 from dsh.tool_subagent._harness import Harness, ProfileModel, ProviderEntry, default_profile
 from dsh.tool_subagent._tool import (
@@ -13,6 +15,11 @@ from dsh.tool_subagent._tool import (
     Tool,
     failure_text,
 )
+
+try:
+    __version__ = _metadata.version("dsh-tool-subagent")
+except _metadata.PackageNotFoundError:  # imported from a source tree that is not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "Caller",

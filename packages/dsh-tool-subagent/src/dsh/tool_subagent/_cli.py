@@ -12,17 +12,29 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from dsh.jobs import JobStatus
+from dsh.jobs import JobSnapshot, JobStatus
+from dsh.subagent import installed_provider_kinds
+from dsh.tool_subagent import __version__, _run_report
 from dsh.tool_subagent._auth_hint import auth_hint
+from dsh.tool_subagent._cli_options import (
+    add_common_options,
+    configure_logging,
+    guard_broken_pipe,
+    positive_seconds,
+)
 from dsh.tool_subagent._doctor import doctor
-from dsh.tool_subagent._harness import Harness
+from dsh.tool_subagent._harness import Harness, default_tool_name
+from dsh.tool_subagent._signals import exit_code_on_signal
 from dsh.tool_subagent._tool import Caller, SubagentTool
 from dsh.tool_subagent.errors import ProfileError
 
 __all__ = ["build_parser", "main", "run_command"]
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 124, 130
 _BACKGROUND_POLL_S = 3600.0
+#: Provider kinds with an install extra of the same name on dsh-tool-subagent.
+_EXTRA_KINDS = ("codex", "claude-code")
+_PROFILE_HELP = "profile TOML file (default: every installed provider)"
 
 
 def _label(task: str) -> str:
@@ -56,10 +68,51 @@ async def _status(tool_name: str, stream: TextIO) -> AsyncIterator[None]:
             await asyncio.gather(ticker, return_exceptions=True)
 
 
+def _unknown_tool(tool_name: str, tools: Sequence[SubagentTool]) -> str:
+    names = ", ".join(t.name for t in tools) or "none"
+    text = f'dsh run: no delegation tool named "{tool_name}" (tools: {names})'
+    installed = installed_provider_kinds()
+    for kind in _EXTRA_KINDS:
+        if tool_name == default_tool_name(kind) and kind not in installed:
+            text += (
+                f'; the "{kind}" provider is not installed, install it with'
+                f' pip install "dsh-tool-subagent[{kind}]"'
+            )
+    return text
+
+
+def _pick_tool(harness: Harness, tool_name: str | None, err: TextIO) -> SubagentTool | None:
+    tools = harness.delegation_tools
+    if tool_name is not None:
+        chosen = [t for t in tools if t.name == tool_name]
+        if not chosen:
+            print(_unknown_tool(tool_name, tools), file=err)
+            return None
+        return chosen[0]
+    if not tools:
+        print("dsh run: the profile has no delegation tool", file=err)
+        return None
+    return tools[0]
+
+
 def _print_auth_hint(tool: SubagentTool, failure_text: str, err: TextIO) -> None:
     hint = auth_hint(tool.service.get(tool.config.provider), failure_text)
     if hint:
         print(hint, file=err)
+
+
+def _write_answer(out: TextIO, text: str) -> None:
+    # One rule for the foreground and --background: the answer ends with exactly one newline.
+    out.write(text)
+    if text and not text.endswith("\n"):
+        out.write("\n")
+
+
+async def _background(harness: Harness, job_id: str, caller: Caller) -> tuple[JobSnapshot, str]:
+    snapshot = await harness.jobs.wait(job_id, _BACKGROUND_POLL_S, caller)
+    while not snapshot.terminal:
+        snapshot = await harness.jobs.wait(job_id, _BACKGROUND_POLL_S, caller)
+    return snapshot, harness.jobs.read(job_id, caller)
 
 
 async def run_command(
@@ -69,53 +122,55 @@ async def run_command(
     tool_name: str | None = None,
     cwd: str | None = None,
     background: bool = False,
+    as_json: bool = False,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> int:
-    """One delegation through ``harness``; returns the exit code (the harness stays open)."""
+    """One delegation through ``harness``; returns the exit code (the harness stays open).
+
+    ``as_json`` prints one :class:`~dsh.tool_subagent._run_report.RunReport` object on stdout
+    instead of the answer (stdout) or the failure text (stderr).
+    """
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
-    tools = harness.delegation_tools
-    if tool_name is not None:
-        chosen = [t for t in tools if t.name == tool_name]
-        if not chosen:
-            names = ", ".join(t.name for t in tools) or "none"
-            print(f'dsh run: no delegation tool named "{tool_name}" (tools: {names})', file=err)
-            return EXIT_USAGE
-        tool: SubagentTool = chosen[0]
-    elif tools:
-        tool = tools[0]
-    else:
-        print("dsh run: the profile has no delegation tool", file=err)
+    tool = _pick_tool(harness, tool_name, err)
+    if tool is None:
         return EXIT_USAGE
     caller = Caller(session_id="dsh-cli", cwd=cwd)
     arguments: dict[str, Any] = {"description": _label(task), "prompt": task}
     if background:
         arguments["run_in_background"] = True
+    began = time.monotonic()
     async with _status(tool.name, err):
         result = await tool.call(arguments, caller)
         if background and not result.is_error:
             assert result.value is not None
             job_id = str(result.value["job_id"])
-            print(result.text, file=err)
-            snapshot = await harness.jobs.wait(job_id, _BACKGROUND_POLL_S, caller)
-            while not snapshot.terminal:
-                snapshot = await harness.jobs.wait(job_id, _BACKGROUND_POLL_S, caller)
-            output = harness.jobs.read(job_id, caller)
-            if snapshot.status is JobStatus.COMPLETED:
-                out.write(output)
-                return EXIT_OK
-            print(f"{output or '(no output)'}\n{snapshot.status_line}", file=err)
-            _print_auth_hint(tool, snapshot.status_line, err)
-            return EXIT_FAILED
-    if result.is_error:
+            if not as_json:
+                print(result.text, file=err)
+            snapshot, output = await _background(harness, job_id, caller)
+            code = EXIT_OK if snapshot.status is JobStatus.COMPLETED else EXIT_FAILED
+            if as_json:
+                elapsed = time.monotonic() - began
+                _run_report.from_job(snapshot, output, elapsed, code).write_json(out)
+            elif code == EXIT_OK:
+                _write_answer(out, output)
+            else:
+                print(f"{output or '(no output)'}\n{snapshot.status_line}", file=err)
+            if code != EXIT_OK:
+                _print_auth_hint(tool, snapshot.status_line, err)
+            return code
+    code = EXIT_FAILED if result.is_error else EXIT_OK
+    if as_json:
+        elapsed = time.monotonic() - began
+        _run_report.from_tool_result(result, elapsed, code).write_json(out)
+    elif result.is_error:
         print(result.text, file=err)
+    else:
+        _write_answer(out, result.text)
+    if result.is_error:
         _print_auth_hint(tool, result.text, err)
-        return EXIT_FAILED
-    out.write(result.text)
-    if result.text and not result.text.endswith("\n"):
-        out.write("\n")
-    return EXIT_OK
+    return code
 
 
 async def _run_main(args: argparse.Namespace) -> int:
@@ -123,34 +178,103 @@ async def _run_main(args: argparse.Namespace) -> int:
     if not task.strip():
         print("dsh run: TASK is empty", file=sys.stderr)
         return EXIT_USAGE
-    async with Harness.from_profile(args.profile) as harness:
-        return await run_command(
-            harness, task, tool_name=args.tool, cwd=args.cwd, background=args.background
-        )
+    harness = Harness.from_profile(args.profile)
+    began = time.monotonic()
+    limit = asyncio.timeout(args.timeout)
+    try:
+        async with harness, limit:
+            return await run_command(
+                harness,
+                task,
+                tool_name=args.tool,
+                cwd=args.cwd,
+                background=args.background,
+                as_json=args.json,
+            )
+    except TimeoutError:
+        if not limit.expired():
+            raise
+        # The limit cancelled the call, and leaving `async with harness` closed every run
+        # (whole-tree exit) before this line.
+        report = _run_report.timed_out(args.timeout, time.monotonic() - began, EXIT_TIMEOUT)
+        if args.json:
+            report.write_json(sys.stdout)
+        else:
+            print(report.text, file=sys.stderr)
+        return EXIT_TIMEOUT
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dsh", description="Delegate tasks to coding-agent products."
     )
+    parser.add_argument("--version", action="version", version=f"dsh {__version__}")
+    add_common_options(parser, top_level=True)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run one delegation")
-    run.add_argument("--profile", help="profile TOML (default: every installed provider)")
+    run.add_argument("--profile", metavar="PROFILE", help=_PROFILE_HELP)
     run.add_argument("--tool", help="delegation tool name (default: the first)")
     run.add_argument("--cwd", help="working directory for the subagent (default: current)")
     run.add_argument("--background", action="store_true", help="run as a background job")
+    run.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        metavar="SECONDS",
+        help="cancel the run after SECONDS (its process tree exits first), exit 124",
+    )
+    run.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     run.add_argument("task", metavar="TASK", help="the task text, or - to read stdin")
     profile = sub.add_parser("profile", help="profile tools")
     profile_sub = profile.add_subparsers(dest="profile_command", required=True)
     check = profile_sub.add_parser("check", help="print the composition as JSON; starts nothing")
-    check.add_argument("profile", metavar="P")
-    check_up = sub.add_parser("doctor", help="check installed providers and their bundled products")
-    check_up.add_argument("--profile", help="check this profile's provider instances")
-    sub.add_parser("demo", help="run the embedded demo against loopback model servers")
+    check.add_argument("profile", metavar="PROFILE", help="the profile TOML file to check")
+    doctor_parser = sub.add_parser(
+        "doctor", help="check installed providers and their bundled products"
+    )
+    doctor_parser.add_argument("--json", action="store_true", help="print one JSON object")
+    doctor_parser.add_argument(
+        "--profile", metavar="PROFILE", help="check this profile's provider instances"
+    )
+    demo = sub.add_parser("demo", help="run the embedded demo against loopback model servers")
+    demo.add_argument(
+        "--serve",
+        action="store_true",
+        help="start the loopback model servers, print a profile for them, serve until stopped",
+    )
     mcp = sub.add_parser("mcp", help="serve the harness tools over MCP stdio")
-    mcp.add_argument("--profile", help="profile TOML (default: every installed provider)")
+    mcp.add_argument("--profile", metavar="PROFILE", help=_PROFILE_HELP)
     mcp.add_argument("--cwd", help="working directory for the subagents (default: current)")
+    for subparser in (run, profile, check, doctor_parser, demo, mcp):
+        add_common_options(subparser, top_level=False)
     return parser
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "run":
+        args.cwd = str(Path(args.cwd).absolute() if args.cwd else Path.cwd())
+        try:
+            return asyncio.run(exit_code_on_signal(lambda: _run_main(args)))
+        except KeyboardInterrupt:
+            return EXIT_INTERRUPTED
+    if args.command == "profile":
+        harness = Harness.from_profile(args.profile)
+        print(json.dumps(harness.describe(), indent=2))
+        return EXIT_OK
+    if args.command == "doctor":
+        if args.profile is None:
+            return doctor(as_json=args.json)
+        subagents = Harness.from_profile(args.profile).subagents
+        instances = [(name, subagents.get(name)) for name in subagents.names()]
+        return doctor(instances=instances, as_json=args.json)
+    if args.command == "demo":
+        from dsh.tool_subagent import _demo
+
+        return int(_demo.main(serve=args.serve))
+    if args.command == "mcp":
+        from dsh.tool_subagent import _mcp
+
+        return _mcp.main(profile=args.profile, cwd=args.cwd)
+    raise AssertionError(f"unknown command {args.command!r}")  # argparse allows no other
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -159,35 +283,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
-    try:
-        if args.command == "run":
-            args.cwd = str(Path(args.cwd).absolute() if args.cwd else Path.cwd())
-            try:
-                return asyncio.run(_run_main(args))
-            except KeyboardInterrupt:
-                return EXIT_INTERRUPTED
-        if args.command == "profile":
-            harness = Harness.from_profile(args.profile)
-            print(json.dumps(harness.describe(), indent=2))
-            return EXIT_OK
-        if args.command == "doctor":
-            if args.profile is None:
-                return doctor()
-            subagents = Harness.from_profile(args.profile).subagents
-            return doctor(instances=[(n, subagents.get(n)) for n in subagents.names()])
-        if args.command == "demo":
-            from dsh.tool_subagent import _demo
+    configure_logging(args, handler=args.command != "mcp")
 
-            return int(_demo.main())
-        if args.command == "mcp":
-            from dsh.tool_subagent import _mcp
+    def body() -> int:
+        try:
+            return _dispatch(args)
+        except ProfileError as exc:
+            print(f"dsh: invalid profile: {exc}", file=sys.stderr)
+            return EXIT_USAGE
 
-            return _mcp.main(profile=args.profile, cwd=args.cwd)
-    except ProfileError as exc:
-        print(f"dsh: invalid profile: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    parser.error("unknown command")
-    return EXIT_USAGE  # pragma: no cover
+    return guard_broken_pipe(body)
 
 
 if __name__ == "__main__":

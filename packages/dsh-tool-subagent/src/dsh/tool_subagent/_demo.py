@@ -14,6 +14,7 @@ returns 0 only if every scenario behaved exactly as expected.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import sys
@@ -32,12 +33,21 @@ from dsh.tool_subagent._demo_scenarios import (
     scenario_phases,
 )
 from dsh.tool_subagent._harness import Harness
+from dsh.tool_subagent._signals import exit_code_on_signal
 from dsh.tool_subagent._tool import Caller
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["DemoReport", "Row", "main", "missing_providers", "render", "run_demo"]
+__all__ = [
+    "DemoReport",
+    "Row",
+    "demo_profile",
+    "main",
+    "missing_providers",
+    "render",
+    "run_demo",
+]
 
 logger = logging.getLogger("dsh.tool_subagent")
 
@@ -129,7 +139,8 @@ async def _timed(stage: Stage, scenario: Scenario) -> Row:
     return Row(name, product, outcome, time.monotonic() - began, ok)
 
 
-def _profile(root: Path, codex_url: str, claude_url: str) -> dict[str, Any]:
+def demo_profile(root: Path, codex_url: str, claude_url: str) -> dict[str, Any]:
+    """The demo's profile: both products, their hermetic homes under ``root``, loopback URLs."""
     from dsh.subagent_claude_code.testing import hermetic_env as claude_env
     from dsh.subagent_codex.testing import hermetic_env as codex_env
     from dsh.subagent_codex.testing import write_codex_home
@@ -169,7 +180,7 @@ async def _run_scenarios(root: Path) -> list[Row]:
         FakeResponsesServer(route=route) as codex_server,
         FakeMessagesServer() as claude_server,
     ):
-        profile = _profile(root, codex_server.base_url, claude_server.base_url)
+        profile = demo_profile(root, codex_server.base_url, claude_server.base_url)
 
         def script_claude(token: str, kind: Any, **fields: Any) -> None:
             claude_server.queue(ClaudeBehaviour(kind, match=token, **fields))
@@ -234,19 +245,44 @@ def render(report: DemoReport, console: Console) -> None:
     console.print(report.summary, style=style, soft_wrap=True, highlight=False, markup=False)
 
 
-def main(console: Console | None = None) -> int:
-    """``dsh demo``: run, print the table and summary, return the exit code (0 only if all ok)."""
+def _serve(err: Console) -> int:
+    from dsh.tool_subagent._demo_serve import serve
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(exit_code_on_signal(serve))
+    # Ctrl-C, SIGTERM and SIGHUP are the way to stop a server: the servers are down by now.
+    err.print("dsh demo --serve: stopped", style="bold", highlight=False)
+    return 0
+
+
+def main(console: Console | None = None, *, serve: bool = False) -> int:
+    """``dsh demo``: run, print the table and summary, return the exit code (0 only if all ok).
+
+    ``serve``: keep the loopback model servers up for ``dsh run`` / ``dsh mcp`` instead.
+    """
     from rich.console import Console
 
     out = console if console is not None else Console()
     err = Console(stderr=True) if console is None else out
+    problem = missing_providers(installed_provider_kinds())
+    if serve and problem is None:
+        return _serve(err)
+    reports: list[DemoReport] = []
+
+    async def demo() -> int:
+        reports.append(await run_demo())
+        return 0
+
     try:
         with out.status("dsh demo: running the real products against loopback model servers…"):
-            report = asyncio.run(run_demo())
+            code = asyncio.run(exit_code_on_signal(demo))
     except KeyboardInterrupt:
+        code = 130
+    if not reports:
         # asyncio.run cancelled the demo: every run was closed and its tree exited first.
         err.print("dsh demo: interrupted", style="bold red")
-        return 130
+        return code
+    report = reports[0]
     if report.problem is not None:
         err.print(report.summary, style="bold red", soft_wrap=True, highlight=False, markup=False)
         return 1

@@ -10,6 +10,7 @@ a value.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from importlib import metadata
 from typing import Any
@@ -24,6 +25,9 @@ __all__ = ["doctor"]
 
 EXIT_OK = 0
 EXIT_BROKEN = 1
+
+Row = tuple[str, str, str, bool]
+"""(provider, check, value, ok)."""
 
 
 def _dist_label(entry: metadata.EntryPoint) -> str:
@@ -43,63 +47,70 @@ def _default_instance(provider_class: Any) -> Any:
         return provider_class
 
 
-def _hook_rows(target: Any) -> list[tuple[str, str, bool]] | None:
-    """The ``doctor()`` rows of an instance or class; ``None`` without a hook; raises on error."""
+def _hook_rows(label: str, target: Any) -> list[Row]:
+    """The ``doctor()`` rows of an instance or class, or one row saying why there are none."""
     hook = getattr(target, "doctor", None)
     if not callable(hook):
-        return None
-    return [(str(check), str(value), bool(ok)) for check, value, ok in hook()]
+        return [(label, "checks", "(provider has no doctor hook)", True)]
+    try:
+        return [(label, str(check), str(value), bool(ok)) for check, value, ok in hook()]
+    except Exception:
+        return [(label, "checks", "doctor hook raised", False)]
 
 
-def doctor(console: Console | None = None, instances: Iterable[tuple[str, Any]] = ()) -> int:
-    """Print the doctor table; 0 when every provider is healthy, 1 otherwise or with none.
-
-    ``instances`` (name, provider) are a profile's configured providers; without them each
-    installed kind is checked through its default instance.
-    """
-    table = Table(title="dsh doctor")
-    for column in ("provider", "check", "value", "ok"):
-        table.add_column(column)
-
-    def add_row(*cells: str) -> None:
-        table.add_row(*(escape(cell) for cell in cells))  # "[all]" is text, not rich markup
-
-    healthy = True
-
-    def add_checks(label: str, target: Any) -> None:
-        nonlocal healthy
-        try:
-            rows = _hook_rows(target)
-        except Exception:
-            add_row(label, "checks", "doctor hook raised", "NO")
-            healthy = False
-            return
-        if rows is None:
-            add_row(label, "checks", "(provider has no doctor hook)", "yes")
-            return
-        for check, value, ok in rows:
-            add_row(label, check, value, "yes" if ok else "NO")
-            healthy = healthy and ok
-
+def _check_rows(instances: Iterable[tuple[str, Any]]) -> list[Row]:
+    """Every row, in table order: each installed kind, then each configured instance."""
     configured = list(instances)
+    rows: list[Row] = []
     seen: set[str] = set()
     for entry in metadata.entry_points(group=PROVIDER_ENTRY_POINT_GROUP):
         if entry.name in seen:
             continue
         seen.add(entry.name)
-        add_row(entry.name, "package", _dist_label(entry), "yes")
+        rows.append((entry.name, "package", _dist_label(entry), True))
         try:
             provider_class = entry.load()
         except Exception:
-            add_row(entry.name, "import", "failed", "NO")
-            healthy = False
+            rows.append((entry.name, "import", "failed", False))
             continue
         if not configured:
-            add_checks(entry.name, _default_instance(provider_class))
+            rows.extend(_hook_rows(entry.name, _default_instance(provider_class)))
     for name, provider in configured:
-        add_checks(name, provider)
+        rows.extend(_hook_rows(name, provider))
     if not seen:
-        add_row("(none)", "providers", 'pip install "dsh-tool-subagent[all]"', "NO")
-        healthy = False
+        rows.append(("(none)", "providers", 'pip install "dsh-tool-subagent[all]"', False))
+    return rows
+
+
+def _print_json(rows: list[Row], healthy: bool) -> None:
+    providers: dict[str, list[dict[str, Any]]] = {}
+    for name, check, value, ok in rows:
+        providers.setdefault(name, []).append({"check": check, "value": value, "ok": ok})
+    listed = [{"kind": name, "checks": checks} for name, checks in providers.items()]
+    print(json.dumps({"ok": healthy, "providers": listed}, indent=2))
+
+
+def doctor(
+    console: Console | None = None,
+    instances: Iterable[tuple[str, Any]] = (),
+    *,
+    as_json: bool = False,
+) -> int:
+    """Print the doctor table (or JSON); 0 when every provider is healthy, 1 otherwise or with none.
+
+    ``instances`` (name, provider) are a profile's configured providers; without them each
+    installed kind is checked through its default instance.
+    """
+    rows = _check_rows(instances)
+    healthy = all(ok for *_, ok in rows)
+    if as_json:
+        _print_json(rows, healthy)
+        return EXIT_OK if healthy else EXIT_BROKEN
+    table = Table(title="dsh doctor")
+    for column in ("provider", "check", "value", "ok"):
+        table.add_column(column)
+    for name, check, value, ok in rows:
+        # escaped: "[all]" is text, not rich markup
+        table.add_row(escape(name), escape(check), escape(value), "yes" if ok else "NO")
     (console or Console()).print(table)
     return EXIT_OK if healthy else EXIT_BROKEN

@@ -26,7 +26,7 @@ from dsh.subagent import (
 from dsh.tool_subagent._tool import SubagentTool, SubagentToolConfig
 from dsh.tool_subagent.errors import MountError, ProfileError
 
-__all__ = ["Harness", "ProfileModel", "ProviderEntry", "default_profile"]
+__all__ = ["Harness", "ProfileModel", "ProviderEntry", "default_profile", "default_tool_name"]
 
 logger = logging.getLogger("dsh.tool_subagent")
 
@@ -73,7 +73,8 @@ def default_profile() -> dict[str, Any]:
     return {"provider": providers, "jobs": {}}
 
 
-def _default_tool_name(provider_name: str) -> str:
+def default_tool_name(provider_name: str) -> str:
+    """``subagent_<name>``, with ``-`` turned into ``_`` (``subagent_claude_code``)."""
     return "subagent_" + provider_name.replace("-", "_")
 
 
@@ -126,7 +127,9 @@ class Harness:
             try:
                 data = tomllib.loads(Path(profile).read_text(encoding="utf-8"))
             except OSError as exc:
-                raise ProfileError("profile: the file cannot be read") from exc
+                # The operator's own path and the OS reason: this goes to them, not to a model.
+                reason = exc.strerror or type(exc).__name__
+                raise ProfileError(f"profile: cannot read {os.fspath(profile)}: {reason}") from exc
             except UnicodeDecodeError as exc:
                 raise ProfileError("profile: the file is not UTF-8 text (TOML must be)") from exc
             except tomllib.TOMLDecodeError as exc:
@@ -154,7 +157,7 @@ class Harness:
         if is_default or (not tool_configs and "tool" not in data):
             tool_configs = [
                 SubagentToolConfig(
-                    provider=name, tool_name=_default_tool_name(name), max_depth="provider-managed"
+                    provider=name, tool_name=default_tool_name(name), max_depth="provider-managed"
                 )
                 for name in service.names()
             ]

@@ -28,6 +28,7 @@ __all__ = ["Caller", "SubagentTool", "SubagentToolConfig", "Tool", "failure_text
 logger = logging.getLogger("dsh.tool_subagent")
 
 BACKGROUND_DISABLED = "run_in_background is disabled for this tool instance"
+DEFAULT_MAX_DEPTH = 3
 
 _HEADLINES = {
     StopReason.ABORTED: "subagent run was cancelled",
@@ -72,7 +73,9 @@ class SubagentToolConfig(BaseModel):
     )
     enable_run_in_background: bool = True
     background_mode: Literal["one-shot"] = "one-shot"
-    max_depth: int | Literal["provider-managed"] = Field(default=3)
+    #: Unset: 3 on a provider with the ``depth_limit`` capability, else ``"provider-managed"``
+    #: (no shipped product provider can enforce a depth, so a bare ``[[tool]]`` row must work).
+    max_depth: int | Literal["provider-managed"] | None = None
 
     def model_post_init(self, context: Any, /) -> None:
         if isinstance(self.max_depth, int) and self.max_depth < 0:
@@ -109,6 +112,9 @@ class SubagentTool:
                 f'tool "{config.tool_name}": no subagent provider registered'
                 f' for "{config.provider}"'
             )
+        if config.max_depth is None:
+            depth = DEFAULT_MAX_DEPTH if provider.capabilities.depth_limit else "provider-managed"
+            config = config.model_copy(update={"max_depth": depth})
         if isinstance(config.max_depth, int) and not provider.capabilities.depth_limit:
             raise MountError(
                 f'provider "{config.provider}" cannot enforce max_depth (no depth_limit capability)'

@@ -1,0 +1,87 @@
+"""The README's tour runs as written: its Python block, extracted and executed as a program.
+
+The program is the README text itself. Codex finds its model the way a user's would, through
+``$CODEX_HOME/config.toml`` (here written by the testing kit to point at a loopback server) and
+the ``OPENAI_API_KEY`` that the tour forwards by name. A rejected key (HTTP 401) must end the
+same program with ``error`` and a safe diagnostic, not a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsh.subagent_codex.testing import FakeResponsesServer, HttpStatus, write_codex_home
+from dsh.subprocess import Collect, SpawnSpec, default_runtime
+
+pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+FAKE_KEY = "sk-readme-tour-fake-0000"
+
+
+def tour_source() -> str:
+    text = README.read_text(encoding="utf-8")
+    tour = text[text.index("## A short tour") :]
+    match = re.search(r"```python\n(.*?)```", tour, re.DOTALL)
+    assert match is not None, "the README tour has no python block"
+    return match.group(1)
+
+
+def test_the_tour_is_a_complete_program() -> None:
+    source = tour_source()
+    compile(source, "README.md", "exec")
+    assert "asyncio.run(main())" in source
+
+
+async def _run_tour(tmp_path: Path, server: FakeResponsesServer) -> tuple[int | None, str, str]:
+    script = tmp_path / "tour.py"
+    script.write_text(tour_source(), encoding="utf-8")
+    # The loopback provider reads its key from OPENAI_API_KEY, as Codex's OpenAI provider does.
+    home = write_codex_home(
+        tmp_path / "codex-home", server.base_url, "tour-model", env_key="OPENAI_API_KEY"
+    )
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "README.md").write_text("# A repo\n", encoding="utf-8")
+    env = {
+        "CODEX_HOME": str(home),
+        "HOME": str(home),
+        "CODEX_APP_SERVER_DISABLE_MANAGED_CONFIG": "1",
+        "RUST_LOG": "error",
+        "OPENAI_API_KEY": FAKE_KEY,
+    }
+    spec = SpawnSpec(
+        argv=[sys.executable, str(script)],
+        cwd=str(repo),
+        env=env,
+        stdout=Collect(1 << 16),
+        stderr=Collect(1 << 16),
+    )
+    async with await default_runtime().spawn(spec) as proc:
+        async with asyncio.timeout(60):
+            outcome = await proc.wait()
+    return outcome.exit_code, proc.collected("stdout").text, proc.collected("stderr").text
+
+
+async def test_the_tour_runs_as_written(tmp_path: Path) -> None:
+    async with FakeResponsesServer() as server:
+        server.queue_message("README.md says hello in one line.")
+        code, out, err = await _run_tour(tmp_path, server)
+        requests = server.model_requests
+    assert (code, out) == (0, "completed README.md says hello in one line.\n"), err
+    assert [r.task_text for r in requests] == ["Summarise README.md in one line."]
+    assert requests[0].headers["authorization"] == f"Bearer {FAKE_KEY}"
+
+
+async def test_the_tour_with_a_rejected_key_prints_a_safe_diagnostic(tmp_path: Path) -> None:
+    async with FakeResponsesServer() as server:
+        server.queue(HttpStatus(401, {"error": {"message": "bad key tour-secret-9c1"}}))
+        code, out, err = await _run_tour(tmp_path, server)
+    assert code == 0, err
+    assert out.startswith("error Product subagent failure (product: Codex; stage: turn;"), out
+    assert "tour-secret-9c1" not in out + err
