@@ -285,7 +285,7 @@ def spawn_supervised(
         request = {
             "argv": [os.fsencode(arg) for arg in spec.argv],
             "env": {os.fsencode(name): os.fsencode(value) for name, value in env.items()},
-            "cwd": None if cwd is None else os.fsencode(cwd),
+            "cwd": os.fsencode(os.getcwd() if cwd is None else cwd),  # the host's, as with Popen
             "nice": spec.nice,
             "stdio": layout,
         }

@@ -387,6 +387,7 @@ def main() -> None:
         signal.signal(sig, _ignore)  # only the host's exit ends the spawner and its supervisors
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _subreaper()
+    os.chdir("/")  # hold no directory of the host's busy; every request names its cwd
     gc.freeze()  # supervisors are forks: a collection would touch (and copy) every page
     sock = socket.socket(fileno=int(sys.argv[1]))
     _serve(sock)
