@@ -285,7 +285,7 @@ def spawn_supervised(
         request = {
             "argv": [os.fsencode(arg) for arg in spec.argv],
             "env": {os.fsencode(name): os.fsencode(value) for name, value in env.items()},
-            "cwd": os.fsencode(os.getcwd() if cwd is None else cwd),  # the host's, as with Popen
+            "cwd": os.fsencode(cwd if cwd is not None else Path.cwd()),  # the host's, as Popen
             "nice": spec.nice,
             "stdio": layout,
         }
