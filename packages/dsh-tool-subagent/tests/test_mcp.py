@@ -82,13 +82,18 @@ class Connection:
     logs: list[types.LoggingMessageNotificationParams] = field(default_factory=list)
     returned: list[Caller] = field(default_factory=list)
     log_arrived: anyio.Event = field(default_factory=anyio.Event)
+    riding: list[str] = field(default_factory=list)  # notices that rode on tool results
 
-    async def call(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
-        result = await self.session.call_tool(name, arguments)
-        assert len(result.content) == 1
-        block = result.content[0]
-        assert isinstance(block, types.TextContent)
-        return block.text, bool(result.is_error)
+    async def call(self, name: str, arguments: dict[str, Any], **options: Any) -> tuple[str, bool]:
+        """The first text block and ``isError``; a second block (notices) goes to ``riding``."""
+        result = await self.session.call_tool(name, arguments, **options)
+        texts = []
+        for block in result.content:
+            assert isinstance(block, types.TextContent)
+            texts.append(block.text)
+        assert 1 <= len(texts) <= 2
+        self.riding.extend(texts[1:])
+        return texts[0], bool(result.is_error)
 
     async def next_log(self, timeout: float = 5.0) -> types.LoggingMessageNotificationParams:  # noqa: ASYNC109
         with anyio.fail_after(timeout):
