@@ -169,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "mcp":
             from dsh.tool_subagent import _mcp
 
-            return _mcp.main(profile=args.profile, cwd=args.cwd)
+            return _mcp.main(profile=args.profile, cwd=args.cwd, exit_process=True)
     except ProfileError as exc:
         print(f"dsh: invalid profile: {exc}", file=sys.stderr)
         return EXIT_USAGE

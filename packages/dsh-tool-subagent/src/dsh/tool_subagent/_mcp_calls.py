@@ -48,7 +48,7 @@ class Calls:
         if progress_interval_s <= 0:
             raise ValueError("progress_interval_s must be > 0")
         self._interval = progress_interval_s
-        self._tasks: set[asyncio.Task[ToolResult]] = set()
+        self._tasks: set[asyncio.Task[ToolResult]] = set()  # calls that may run long
         self._closing = False
 
     @property
@@ -56,8 +56,9 @@ class Calls:
         return len(self._tasks)
 
     def close(self) -> None:
-        """The client closed the connection: cancel every running call (each answers with
-        :data:`CLOSED_TEXT` once its run's tree has exited) and refuse new ones."""
+        """The client closed the connection: cancel every running long call (each answers
+        with :data:`CLOSED_TEXT` once its run's tree has exited) and refuse new ones. Quick
+        calls (``long=False``) finish by themselves."""
         self._closing = True
         for task in tuple(self._tasks):
             task.cancel(CLOSED_TEXT)
@@ -67,13 +68,20 @@ class Calls:
         ctx: ServerRequestContext[Any, Any],
         tool_name: str,
         call: Callable[[], Awaitable[ToolResult]],
+        *,
+        long: bool = True,
     ) -> ToolResult:
-        """Run ``call`` to its result, reporting progress if the request asked for it."""
-        if self._closing:
+        """Run ``call`` to its result, reporting progress if the request asked for it.
+
+        ``long`` marks a call that may wait on a product (a delegation, a waiting
+        ``job_output``): :meth:`close` cancels those.
+        """
+        if self._closing and long:
             return ToolResult(text=CLOSED_TEXT, is_error=True)
         task: asyncio.Task[ToolResult] = asyncio.ensure_future(call())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        if long:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         interval = self._interval if _wants_progress(ctx) else None
         started = time.monotonic()
         try:

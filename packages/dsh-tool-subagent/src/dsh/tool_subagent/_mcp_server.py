@@ -110,6 +110,13 @@ def to_call_result(result: ToolResult, notices: str | None = None) -> types.Call
     return types.CallToolResult(content=list(content), is_error=result.is_error)
 
 
+def _may_run_long(tool: Any, arguments: Mapping[str, Any]) -> bool:
+    """Whether a call waits on a product: a delegation, or a job_output that waits."""
+    if isinstance(tool, JobOutputTool):
+        return arguments.get("wait") is True
+    return not isinstance(tool, JobListTool | JobKillTool)
+
+
 def instructions_for(harness: Harness) -> str:
     """The server instructions: what the tools are for and where job notices arrive."""
     names = ", ".join(tool.name for tool in harness.delegation_tools) or "none"
@@ -162,7 +169,10 @@ def build_server(
         else:
             arguments: Mapping[str, Any] = params.arguments or {}
             result = await running.run(
-                ctx, params.name, lambda: invoke(tool, params.name, arguments)
+                ctx,
+                params.name,
+                lambda: invoke(tool, params.name, arguments),
+                long=_may_run_long(tool, arguments),
             )
         await sink.flush_request_scoped(ctx)
         return to_call_result(result, sink.for_result())
