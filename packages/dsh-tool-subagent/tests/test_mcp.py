@@ -126,7 +126,7 @@ async def connect(
 
         async def run_server() -> None:
             try:
-                options = (
+                options: dict[str, Any] = (
                     {}
                     if progress_interval_s is None
                     else {"progress_interval_s": progress_interval_s}
@@ -496,7 +496,8 @@ async def test_a_long_call_with_a_progress_token_reports_elapsed_time() -> None:
     assert answer == ("late", False)
     assert len(reports) >= 3
     progress = [p for p, _, _ in reports]
-    assert progress == sorted(progress) and len(set(progress)) == len(progress)
+    assert progress == sorted(progress)
+    assert len(set(progress)) == len(progress)
     assert all(total is None for _, total, _ in reports)
     assert reports[0][2] == "subagent_fake: running, 0 s elapsed"
     assert quiet == []  # a quick call ends before the first report
@@ -520,7 +521,7 @@ async def test_a_cancelled_foreground_call_cancels_its_run_and_closes_it() -> No
                 await started.wait()
             group.cancel_scope.cancel()  # the SDK client sends notifications/cancelled
         with anyio.fail_after(5):
-            while provider.open_runs:
+            while provider.open_runs:  # noqa: ASYNC110 - a fake's run list has no event
                 await anyio.sleep(0.01)
         listing = await conn.call("job_list", {})  # the connection still serves
     (run,) = provider.runs
@@ -559,20 +560,23 @@ async def test_requests_pending_when_the_input_closes_are_all_answered() -> None
         ),
     ]
     answers: dict[Any, Any] = {}
-    async with harness, create_client_server_memory_streams() as (client, server):
-        async with anyio.create_task_group() as group:
-            group.start_soon(lambda: serve_connection(harness, *server))
-            client_read, client_write = client
-            for frame in frames:
-                await client_write.send(frame)
-            await client_write.aclose()  # EOF with requests 2-4 still pending
-            with anyio.fail_after(10):
-                async for item in client_read:
-                    assert not isinstance(item, Exception)
-                    message = item.message
-                    answers[getattr(message, "id", None)] = message
-                    if len(answers) == 4:
-                        break
+    async with (
+        harness,
+        create_client_server_memory_streams() as (client, server),
+        anyio.create_task_group() as group,
+    ):
+        group.start_soon(lambda: serve_connection(harness, *server))
+        client_read, client_write = client
+        for frame in frames:
+            await client_write.send(frame)
+        await client_write.aclose()  # EOF with requests 2-4 still pending
+        with anyio.fail_after(10):
+            async for item in client_read:
+                assert not isinstance(item, Exception)
+                message = item.message
+                answers[getattr(message, "id", None)] = message
+                if len(answers) == 4:
+                    break
     assert sorted(answers) == [1, 2, 3, 4]
     assert [t["name"] for t in answers[2].result["tools"]][-3:] == [
         "job_output",
@@ -599,7 +603,8 @@ def test_descriptions_name_the_product_and_the_model() -> None:
     )
     codex, claude = harness.delegation_tools
     assert codex.description.startswith(
-        'Delegate a self-contained task to a Codex subagent (provider "codex", model gpt-5.1-codex).'
+        "Delegate a self-contained task to a Codex subagent"
+        ' (provider "codex", model gpt-5.1-codex).'
     )
     assert claude.description.startswith(
         'Delegate a self-contained task to a Claude Code subagent (provider "claude-code").'

@@ -141,9 +141,7 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
-def main(
-    profile: str | None = None, cwd: str | None = None, *, exit_process: bool = False
-) -> int:
+def main(profile: str | None = None, cwd: str | None = None, *, exit_process: bool = False) -> int:
     """Run the MCP stdio server until the client closes the connection; return the exit code.
 
     ``cwd`` is the subagents' working directory for this connection (default: the server's own
