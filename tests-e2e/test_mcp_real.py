@@ -516,6 +516,16 @@ class HostScript:
             return ("job_output", {"job_id": "subagent-1"})
         return None
 
+    @classmethod
+    def delegating(cls, foreground: tuple[str, str], background: tuple[str, str]) -> HostScript:
+        """``(tool, prompt)`` for the foreground call and for the background job."""
+        fg_tool, fg_prompt = foreground
+        bg_tool, bg_prompt = background
+        return cls(
+            (fg_tool, {"description": "fg job", "prompt": fg_prompt}),
+            (bg_tool, {"description": "bg job", "prompt": bg_prompt, "run_in_background": True}),
+        )
+
     @property
     def results(self) -> list[str]:
         """The tool results of the longest conversation the host sent."""
@@ -593,11 +603,11 @@ def threaded_responses_server(route: Callable[[RecordedRequest], Reply | None]) 
 
 
 def _task(arguments: list[str]) -> list[str]:
-    assert "TASK" in arguments
     return ["Use dsh for this task." if arg == "TASK" else arg for arg in arguments]
 
 
 def _product(name: str) -> str:
+    assert name in ("codex", "claude"), name
     if name == "codex":
         import codex_cli_bin
 
@@ -607,15 +617,29 @@ def _product(name: str) -> str:
     return str(Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude")
 
 
-async def _run_host(
-    runtime: SubprocessRuntime, argv: list[str], cwd: Path, env: Mapping[str, str]
-) -> tuple[int | None, str, str]:
-    process = await runtime.spawn(
-        SpawnSpec(argv=argv, cwd=cwd, env=env, stdout=Collect(1 << 20), stderr=Collect(1 << 20))
-    )
-    with anyio.fail_after(240):
-        outcome = await process.wait()
-    return outcome.exit_code, process.collected("stdout").text, process.collected("stderr").text
+async def _run_hosts(
+    commands: list[list[str]], cwd: Path, env: Mapping[str, str]
+) -> tuple[str, str]:
+    """Run the recipe's commands in order (``codex``/``claude`` mean the pinned binaries, with
+    the dsh script on ``PATH``); every one must exit 0; the last one's stdout and stderr."""
+    env = {**env, "PATH": f"{DSH.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    out = err = ""
+    runtime = SubprocessRuntime()
+    try:
+        for command in commands:
+            argv = [_product(command[0]), *_task(command[1:])]
+            process = await runtime.spawn(
+                SpawnSpec(
+                    argv=argv, cwd=cwd, env=env, stdout=Collect(1 << 20), stderr=Collect(1 << 20)
+                )
+            )
+            with anyio.fail_after(240):
+                outcome = await process.wait()
+            out, err = process.collected("stdout").text, process.collected("stderr").text
+            assert outcome.exit_code == 0, err[-3000:]
+    finally:
+        await runtime.aclose()
+    return out, err
 
 
 def _assert_host_saw(script: HostScript, foreground_answer: str, background_answer: str) -> None:
@@ -635,12 +659,8 @@ def _assert_host_saw(script: HostScript, foreground_answer: str, background_answ
 async def test_codex_exec_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_result(
     tmp_path: Path, workspace: Path
 ) -> None:
-    script = HostScript(
-        foreground=("subagent_codex", {"description": "fg job", "prompt": "FG codex host"}),
-        background=(
-            "subagent_claude_code",
-            {"description": "bg job", "prompt": "BG claude host", "run_in_background": True},
-        ),
+    script = HostScript.delegating(
+        ("subagent_codex", "FG codex host"), ("subagent_claude_code", "BG claude host")
     )
     async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
         claude.queue_text("claude background answer", match="BG claude host")
@@ -650,22 +670,11 @@ async def test_codex_exec_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_re
             home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
             with (home / "config.toml").open("a", encoding="utf-8") as config:
                 config.write("\n" + recipe("codex-config", paths))
-            (command,) = recipe_commands("codex-exec", paths)
-            assert command[:2] == ["codex", "exec"]
-            argv = [_product("codex"), *_task(command[1:])]
-            env = {
-                "CODEX_HOME": str(home),
-                "HOME": str(home),
-                FAKE_KEY_ENV: FAKE_API_KEY,
-                "PATH": f"{DSH.parent}{os.pathsep}{os.environ.get('PATH', '')}",
-                "RUST_LOG": "error",
-            }
-            runtime = SubprocessRuntime()
-            try:
-                code, out, err = await _run_host(runtime, argv, workspace, env)
-            finally:
-                await runtime.aclose()
-        assert (code, out.strip()) == (0, "host done"), err[-3000:]
+            commands = recipe_commands("codex-exec", paths)
+            assert [c[:2] for c in commands] == [["codex", "exec"]]
+            env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
+            out, err = await _run_hosts(commands, workspace, {**env, "RUST_LOG": "error"})
+        assert out.strip() == "host done", err[-3000:]
         _assert_host_saw(script, "codex says: FG codex host", "claude background answer")
         assert await settle_ours(tmp_path) == []
 
@@ -675,12 +684,8 @@ async def test_codex_exec_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_re
 async def test_claude_code_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_result(
     tmp_path: Path, workspace: Path, recipe_name: str
 ) -> None:
-    script = HostScript(
-        foreground=("subagent_claude_code", {"description": "fg job", "prompt": "FG claude host"}),
-        background=(
-            "subagent_codex",
-            {"description": "bg job", "prompt": "BG codex host", "run_in_background": True},
-        ),
+    script = HostScript.delegating(
+        ("subagent_claude_code", "FG claude host"), ("subagent_codex", "BG codex host")
     )
     async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
         claude.queue_text("claude foreground answer", match="FG claude host")
@@ -693,22 +698,108 @@ async def test_claude_code_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_r
         }
         mcp_json.write_text(recipe("mcp-json", paths), encoding="utf-8")
         with FakeMessagesServer(route=claude_host_route(script)) as host:
+            commands = recipe_commands(recipe_name, paths)  # `claude mcp add`, then `claude -p`
+            assert commands[-1][:2] == ["claude", "-p"]
             env = claude_env(tmp_path / "host-claude-root", host.base_url)
-            env["PATH"] = f"{DSH.parent}{os.pathsep}{os.environ.get('PATH', '')}"
-            runtime = SubprocessRuntime()
-            try:
-                *setup, command = recipe_commands(recipe_name, paths)
-                for step in setup:  # `claude mcp add ...`
-                    assert step[0] == "claude"
-                    code, out, err = await _run_host(
-                        runtime, [_product("claude"), *step[1:]], workspace, env
-                    )
-                    assert code == 0, err[-3000:]
-                assert command[:2] == ["claude", "-p"]
-                argv = [_product("claude"), *_task(command[1:])]
-                code, out, err = await _run_host(runtime, argv, workspace, env)
-            finally:
-                await runtime.aclose()
-        assert (code, out.strip()) == (0, "host done"), err[-3000:]
+            out, err = await _run_hosts(commands, workspace, env)
+        assert out.strip() == "host done", err[-3000:]
         _assert_host_saw(script, "claude foreground answer", "codex says: BG codex host")
         assert await settle_ours(tmp_path) == []
+
+
+# ---- closing stdin with requests pending; a profile without delegation tools ------------------
+
+
+def _frames(text: str) -> dict[Any, dict[str, Any]]:
+    """Every stdout line is a JSON-RPC frame; the responses by id."""
+    frames = [json.loads(line) for line in text.splitlines() if line]
+    return {frame["id"]: frame for frame in frames if "id" in frame}
+
+
+@pytest.mark.timeout(60)
+async def test_requests_pending_at_stdin_eof_are_answered_and_a_jobs_only_profile_warns(
+    tmp_path: Path, workspace: Path
+) -> None:
+    profile = tmp_path / "jobs-only.toml"
+    profile.write_text("[jobs]\n", encoding="utf-8")
+    requests = [
+        INITIALIZE,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "job_list", "arguments": {}},
+        },
+    ]
+    stdin = "".join(json.dumps(r) + "\n" for r in requests).encode()  # then EOF at once
+    runtime = SubprocessRuntime()
+    try:
+        process = await runtime.spawn(
+            SpawnSpec(
+                argv=[str(DSH), "mcp", "--profile", str(profile)],
+                cwd=workspace,
+                stdin=stdin,
+                stdout=Collect(1 << 20),
+                stderr=Collect(1 << 16),
+            )
+        )
+        with anyio.fail_after(30):
+            outcome = await process.wait()
+        out, err = process.collected("stdout").text, process.collected("stderr").text
+    finally:
+        await runtime.aclose()
+    assert outcome.exit_code == 0
+    answers = _frames(out)
+    assert sorted(answers) == [1, 2, 3]
+    assert [t["name"] for t in answers[2]["result"]["tools"]] == [
+        "job_output",
+        "job_list",
+        "job_kill",
+    ]
+    assert answers[3]["result"]["content"] == [{"type": "text", "text": "(no background jobs)"}]
+    assert "the profile serves no delegation tool" in err
+
+
+@pytest.mark.timeout(180)
+async def test_notifications_cancelled_ends_a_real_foreground_run_and_its_tree(
+    tmp_path: Path, workspace: Path
+) -> None:
+    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
+        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
+        runtime = SubprocessRuntime()
+        try:
+            argv = [str(DSH), "mcp", "--profile", str(profile)]
+            process = await _spawn_initialized(runtime, argv, workspace)
+            arguments = {"description": "stall", "prompt": "STALL codex"}
+            call = {"name": "subagent_codex", "arguments": arguments}
+            await _send(
+                process, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}
+            )
+            await codex.wait_for_requests(1, timeout=90)
+            assert len(await anyio.to_thread.run_sync(ours, tmp_path)) >= 2
+            cancel = {"requestId": 2, "reason": "the user interrupted"}
+            await _send(
+                process, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
+            )
+            deadline = time.monotonic() + 30
+            live = await anyio.to_thread.run_sync(ours, tmp_path)
+            while live != [process.pid] and time.monotonic() < deadline:
+                await anyio.sleep(0.1)
+                live = await anyio.to_thread.run_sync(ours, tmp_path)
+            assert live == [process.pid]  # the Codex tree exited; the server serves on
+            listing = {"name": "job_list", "arguments": {}}
+            await _send(
+                process, {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": listing}
+            )
+            answer = await _response(process, 3)
+            assert answer["result"]["content"][0]["text"] == "(no background jobs)"
+            assert process.stdin is not None
+            process.stdin.close()
+            with anyio.fail_after(10):
+                outcome = await process.wait()
+        finally:
+            await runtime.aclose()
+    assert outcome.exit_code == 0
+    assert await settle_ours(tmp_path) == []

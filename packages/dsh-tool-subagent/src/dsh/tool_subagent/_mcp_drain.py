@@ -50,11 +50,32 @@ class _Open:
             logger.warning("%d request(s) were still unanswered at EOF", len(self.ids))
 
 
-class _Reader:
+class _Wrapper:
+    """Closing and context management delegate to the wrapped stream."""
+
+    _inner: ReadStream[_Item] | WriteStream[SessionMessage]
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> bool | None:
+        await self.aclose()
+        return None
+
+
+class _Reader(_Wrapper):
     def __init__(
         self, inner: ReadStream[_Item], open_: _Open, on_eof: Callable[[], None], timeout: float
     ) -> None:
-        self._inner = inner
+        self._inner: ReadStream[_Item] = inner
         self._open = open_
         self._on_eof = on_eof
         self._timeout = timeout
@@ -91,25 +112,10 @@ class _Reader:
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             raise StopAsyncIteration from None
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> bool | None:
-        await self.aclose()
-        return None
-
-
-class _Writer:
+class _Writer(_Wrapper):
     def __init__(self, inner: WriteStream[SessionMessage], open_: _Open) -> None:
-        self._inner = inner
+        self._inner: WriteStream[SessionMessage] = inner
         self._open = open_
 
     async def send(self, item: SessionMessage, /) -> None:
@@ -120,21 +126,6 @@ class _Writer:
             # Even a failed write settles the request: nobody can receive its answer now.
             if isinstance(message, JSONRPCResponse | JSONRPCError) and message.id is not None:
                 self._open.discard(message.id)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> bool | None:
-        await self.aclose()
-        return None
 
 
 def draining(
