@@ -803,3 +803,56 @@ async def test_notifications_cancelled_ends_a_real_foreground_run_and_its_tree(
             await runtime.aclose()
     assert outcome.exit_code == 0
     assert await settle_ours(tmp_path) == []
+
+
+@pytest.mark.timeout(180)
+async def test_codex_runs_the_read_only_job_tools_without_an_approval_setting(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """The recipe without ``default_tools_approval_mode``: Codex's ``approval_policy = "never"``
+    refuses unannotated MCP tools, and runs the ones marked ``readOnlyHint``."""
+    calls = [
+        ("job_list", {}),
+        ("job_output", {"job_id": "subagent-9"}),
+        ("job_kill", {"job_id": "x"}),
+    ]
+    seen: list[list[str]] = []
+
+    def route(request: RecordedRequest) -> Reply | None:
+        body = request.json
+        if not isinstance(body, dict) or "input" not in body:
+            return None
+        results = [
+            _texts(item.get("output"))
+            for item in body["input"]
+            if isinstance(item, dict) and item.get("type") == "function_call_output"
+        ]
+        seen.append(results)
+        if len(results) == len(calls):
+            return Reply((MessageItem("host done"),))
+        name, arguments = calls[len(results)]
+        item = FunctionCallItem(name, arguments, f"call-{len(results)}", namespace=NAMESPACE)
+        return Reply((item,))
+
+    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
+        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
+        paths = {"/path/to/profile.toml": str(profile), "/path/to/project": str(workspace)}
+        config = "".join(
+            line + "\n"
+            for line in recipe("codex-config", paths).splitlines()
+            if not line.startswith("default_tools_approval_mode")
+        )
+        with threaded_responses_server(route) as host_url:
+            home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
+            with (home / "config.toml").open("a", encoding="utf-8") as file:
+                file.write("\n" + config)
+            env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
+            out, err = await _run_hosts(
+                recipe_commands("codex-exec", paths), workspace, {**env, "RUST_LOG": "error"}
+            )
+    assert out.strip() == "host done", err[-3000:]
+    listing, output, kill = max(seen, key=len)
+    assert "(no background jobs)" in listing
+    assert "unknown job subagent-9" in output
+    assert "requires approval" in kill  # job_kill is not read-only: Codex asks, and may not
+    assert await settle_ours(tmp_path) == []
