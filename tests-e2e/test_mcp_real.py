@@ -200,6 +200,25 @@ def workspace(tmp_path: Path) -> Path:
     return path
 
 
+def test_each_delegation_tool_names_its_product_and_model() -> None:
+    harness = Harness.from_profile(
+        {
+            "provider": [
+                {"kind": "codex", "config": {"model": "gpt-5.1-codex"}},
+                {"kind": "claude-code"},
+            ]
+        }
+    )
+    codex, claude = (tool.description.split(". ")[0] for tool in harness.delegation_tools)
+    assert codex == (
+        'Delegate a self-contained task to a Codex subagent (provider "codex", model gpt-5.1-codex)'
+    )
+    assert (
+        claude
+        == 'Delegate a self-contained task to a Claude Code subagent (provider "claude-code")'
+    )
+
+
 @pytest.mark.timeout(240)
 async def test_dsh_mcp_serves_both_real_products_over_stdio(
     tmp_path: Path, workspace: Path

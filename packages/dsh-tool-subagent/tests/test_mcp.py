@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -593,22 +594,26 @@ async def test_requests_pending_when_the_input_closes_are_all_answered() -> None
 
 
 def test_descriptions_name_the_product_and_the_model() -> None:
-    harness = Harness.from_profile(
-        {
-            "provider": [
-                {"kind": "codex", "config": {"model": "gpt-5.1-codex"}},
-                {"kind": "claude-code"},
-            ]
-        }
-    )
-    codex, claude = harness.delegation_tools
-    assert codex.description.startswith(
+    service, jobs = SubagentService(), JobRegistry()
+    first, second = FakeProvider("codex-a"), FakeProvider("codex-b")
+    first.config = SimpleNamespace(model="gpt-5.1-codex")  # type: ignore[attr-defined]
+    for provider in (first, second):
+        service.register(provider)
+    tools = [
+        SubagentTool(
+            SubagentToolConfig(provider=p.name, tool_name=f"t_{n}", max_depth="provider-managed"),
+            service,
+            jobs,
+            product="Codex",
+        )
+        for n, p in enumerate((first, second))
+    ]
+    described = [tool.description.split(". ")[0] for tool in tools]
+    assert described == [
         "Delegate a self-contained task to a Codex subagent"
-        ' (provider "codex", model gpt-5.1-codex).'
-    )
-    assert claude.description.startswith(
-        'Delegate a self-contained task to a Claude Code subagent (provider "claude-code").'
-    )
+        ' (provider "codex-a", model gpt-5.1-codex)',
+        'Delegate a self-contained task to a Codex subagent (provider "codex-b")',
+    ]
 
 
 def test_a_missing_anyio_names_the_extra_too(
