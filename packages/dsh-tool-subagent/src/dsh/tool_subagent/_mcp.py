@@ -79,6 +79,9 @@ class _Stop:
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        # A session ran to its end, or was stopped before it began: nothing is left to tear
+        # down, so the process may end at once.
+        self.served = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[Any] | None = None
         self._previous: dict[int, Any] = {}
@@ -146,9 +149,24 @@ def main(profile: str | None = None, cwd: str | None = None, *, exit_process: bo
 
     ``cwd`` is the subagents' working directory for this connection (default: the server's own
     working directory). An invalid profile raises ``ProfileError`` (the ``dsh`` command exits 2).
-    With ``exit_process`` (the ``dsh`` command) a served session ends the process itself, with
-    SIGINT and SIGTERM still handled up to the last instruction.
+    With ``exit_process`` (the ``dsh`` command) a session that was served ends the process
+    itself, with SIGINT and SIGTERM still handled up to the last instruction; errors before
+    serving (a missing SDK, an invalid profile) still return or raise.
     """
+    stop = _Stop()
+    stop.install()  # before the (slow) SDK import: a stop signal during it ends the run cleanly
+    try:
+        code = _run(profile, cwd, stop)
+    except BaseException:
+        stop.restore()
+        raise
+    if exit_process and stop.served:
+        _exit_now(code)
+    stop.restore()
+    return code
+
+
+def _run(profile: str | None, cwd: str | None, stop: _Stop) -> int:
     try:
         server = load_server_module()
     except ImportError as exc:
@@ -156,18 +174,18 @@ def main(profile: str | None = None, cwd: str | None = None, *, exit_process: bo
             raise
         print(f"dsh: {exc}", file=sys.stderr)
         return EXIT_MISSING_SDK
+    if stop.signum is not None:  # stopped during the import: nothing was started
+        stop.served = True
+        return stop.exit_code
     _log_to_stderr()
     workdir = str(Path(cwd).absolute() if cwd else Path.cwd())
-    stop = _Stop()
-    stop.install()
     try:
         code = asyncio.run(_serve(server, profile, workdir, stop))
-    except KeyboardInterrupt:  # a Ctrl-C that came before the handlers were installed
-        code = EXIT_INTERRUPTED
-    except BaseException:
-        stop.restore()
-        raise
-    if exit_process:
-        _exit_now(code)
-    stop.restore()
-    return code
+        stop.served = True
+        return code
+    except asyncio.CancelledError:
+        # The stop signal's cancel landed as the server was returning by itself (stdin EOF).
+        if stop.signum is None:
+            raise
+        stop.served = True
+        return stop.exit_code
