@@ -437,6 +437,23 @@ async def _claude_code_shutdown(process: ManagedProcess) -> Any:
         return await process.wait()
 
 
+async def _stalled_foreground_codex_call(
+    runtime: SubprocessRuntime, profile: Path, codex: FakeResponsesServer, root: Path
+) -> Any:
+    """``dsh mcp`` with request 2, a foreground Codex call, stalled mid-turn."""
+    argv = [str(DSH), "mcp", "--profile", str(profile)]
+    process = await _spawn_initialized(runtime, argv, root / "workspace")
+    call = {
+        "name": "subagent_codex",
+        "arguments": {"description": "stall", "prompt": "STALL codex"},
+    }
+    await _send(process, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+    await codex.wait_for_requests(1, timeout=90)
+    live = await anyio.to_thread.run_sync(ours, root)
+    assert len(live) >= 2  # the server and the Codex tree, mid-turn
+    return process
+
+
 @pytest.mark.timeout(60)
 async def test_claude_codes_sigint_then_sigterm_leaves_an_idle_server_exiting_130(
     tmp_path: Path, workspace: Path
@@ -459,21 +476,7 @@ async def test_claude_codes_shutdown_with_a_run_in_flight_exits_the_tree_before_
         profile = write_profile(tmp_path, codex.base_url, claude.base_url)
         runtime = SubprocessRuntime()
         try:
-            argv = [str(DSH), "mcp", "--profile", str(profile)]
-            process = await _spawn_initialized(runtime, argv, workspace)
-            arguments = {"description": "stall", "prompt": "STALL codex"}  # a foreground call
-            await _send(
-                process,
-                {
-                    "jsonrpc": "2.0",
-                    "id": 2,
-                    "method": "tools/call",
-                    "params": {"name": "subagent_codex", "arguments": arguments},
-                },
-            )
-            await codex.wait_for_requests(1, timeout=90)
-            live = await anyio.to_thread.run_sync(ours, tmp_path)
-            assert len(live) >= 2  # the server and the Codex tree, mid-turn
+            process = await _stalled_foreground_codex_call(runtime, profile, codex, tmp_path)
             outcome = await _claude_code_shutdown(process)
             # A /proc walk the moment the server is reaped, with no settling: the Codex tree
             # exited before the server did.
@@ -789,15 +792,7 @@ async def test_notifications_cancelled_ends_a_real_foreground_run_and_its_tree(
         profile = write_profile(tmp_path, codex.base_url, claude.base_url)
         runtime = SubprocessRuntime()
         try:
-            argv = [str(DSH), "mcp", "--profile", str(profile)]
-            process = await _spawn_initialized(runtime, argv, workspace)
-            arguments = {"description": "stall", "prompt": "STALL codex"}
-            call = {"name": "subagent_codex", "arguments": arguments}
-            await _send(
-                process, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}
-            )
-            await codex.wait_for_requests(1, timeout=90)
-            assert len(await anyio.to_thread.run_sync(ours, tmp_path)) >= 2
+            process = await _stalled_foreground_codex_call(runtime, profile, codex, tmp_path)
             cancel = {"requestId": 2, "reason": "the user interrupted"}
             await _send(
                 process, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
