@@ -8,13 +8,17 @@ on 127.0.0.1: Codex (``dsh.subagent_codex.testing``) and Claude Code
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
+import shlex
 import signal
 import sys
+import threading
 import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,10 +28,14 @@ import psutil
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 
-from dsh.subagent_claude_code.testing import FakeMessagesServer
+from dsh.subagent_claude_code.testing import Behaviour, FakeMessagesServer
+from dsh.subagent_claude_code.testing import RecordedRequest as ClaudeRequest
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex.testing import (
+    FAKE_API_KEY,
+    FAKE_KEY_ENV,
     FakeResponsesServer,
+    FunctionCallItem,
     HttpStatus,
     MessageItem,
     RecordedRequest,
@@ -36,7 +44,13 @@ from dsh.subagent_codex.testing import (
     write_codex_home,
 )
 from dsh.subagent_codex.testing import hermetic_env as codex_env
-from dsh.subprocess import ManagedProcess, SpawnSpec, SubprocessRuntime, marked_processes
+from dsh.subprocess import (
+    Collect,
+    ManagedProcess,
+    SpawnSpec,
+    SubprocessRuntime,
+    marked_processes,
+)
 from dsh.tool_subagent import Harness
 
 pytestmark = pytest.mark.real_product
@@ -184,6 +198,25 @@ def workspace(tmp_path: Path) -> Path:
     path = tmp_path / "workspace"
     path.mkdir()
     return path
+
+
+def test_each_delegation_tool_names_its_product_and_model() -> None:
+    harness = Harness.from_profile(
+        {
+            "provider": [
+                {"kind": "codex", "config": {"model": "gpt-5.1-codex"}},
+                {"kind": "claude-code"},
+            ]
+        }
+    )
+    codex, claude = (tool.description.split(". ")[0] for tool in harness.delegation_tools)
+    assert codex == (
+        'Delegate a self-contained task to a Codex subagent (provider "codex", model gpt-5.1-codex)'
+    )
+    assert (
+        claude
+        == 'Delegate a self-contained task to a Claude Code subagent (provider "claude-code")'
+    )
 
 
 @pytest.mark.timeout(240)
@@ -368,3 +401,472 @@ async def test_sigterm_with_stdin_still_open_closes_the_trees_then_exits_0(
             assert await settle_ours(tmp_path) == []
         finally:
             await runtime.aclose()
+
+
+# ---- Claude Code's shutdown sequence: SIGINT, then SIGTERM 100 ms later -----------------------
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "raw-client", "version": "0"},
+    },
+}
+
+
+async def _spawn_initialized(runtime: SubprocessRuntime, argv: list[str], cwd: Path) -> Any:
+    process = await runtime.spawn(
+        SpawnSpec(argv=argv, cwd=cwd, stdin="pipe", stdout="pipe", stderr="ignore")
+    )
+    await _send(process, INITIALIZE)
+    assert "result" in await _response(process, 1)
+    await _send(process, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+    return process
+
+
+async def _claude_code_shutdown(process: ManagedProcess) -> Any:
+    """What Claude Code does to a stdio server: SIGINT, then SIGTERM 100 ms later."""
+    os.kill(process.pid, signal.SIGINT)
+    await anyio.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):  # already gone inside the 100 ms
+        os.kill(process.pid, signal.SIGTERM)
+    with anyio.fail_after(10):
+        return await process.wait()
+
+
+async def _stalled_foreground_codex_call(
+    runtime: SubprocessRuntime, profile: Path, codex: FakeResponsesServer, root: Path
+) -> Any:
+    """``dsh mcp`` with request 2, a foreground Codex call, stalled mid-turn."""
+    argv = [str(DSH), "mcp", "--profile", str(profile)]
+    process = await _spawn_initialized(runtime, argv, root / "workspace")
+    call = {
+        "name": "subagent_codex",
+        "arguments": {"description": "stall", "prompt": "STALL codex"},
+    }
+    await _send(process, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+    await codex.wait_for_requests(1, timeout=90)
+    live = await anyio.to_thread.run_sync(ours, root)
+    assert len(live) >= 2  # the server and the Codex tree, mid-turn
+    return process
+
+
+@pytest.mark.timeout(60)
+async def test_claude_codes_sigint_then_sigterm_leaves_an_idle_server_exiting_130(
+    tmp_path: Path, workspace: Path
+) -> None:
+    runtime = SubprocessRuntime()
+    try:
+        process = await _spawn_initialized(runtime, [str(DSH), "mcp"], workspace)
+        outcome = await _claude_code_shutdown(process)
+    finally:
+        await runtime.aclose()
+    # Handled to the end: an exit code, never death by the default action of SIGTERM.
+    assert (outcome.exit_code, outcome.signal) == (130, None)
+
+
+@pytest.mark.timeout(180)
+async def test_claude_codes_shutdown_with_a_run_in_flight_exits_the_tree_before_the_server(
+    tmp_path: Path, workspace: Path
+) -> None:
+    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
+        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
+        runtime = SubprocessRuntime()
+        try:
+            process = await _stalled_foreground_codex_call(runtime, profile, codex, tmp_path)
+            outcome = await _claude_code_shutdown(process)
+            # A /proc walk the moment the server is reaped, with no settling: the Codex tree
+            # exited before the server did.
+            left = await anyio.to_thread.run_sync(ours, tmp_path)
+        finally:
+            await runtime.aclose()
+    assert (outcome.exit_code, outcome.signal) == (130, None)
+    assert left == []
+
+
+# ---- the real hosts: `codex exec` and Claude Code, following docs/mcp.md ---------------------
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "mcp.md"
+NAMESPACE = "mcp__dsh"
+NOTICE_MARK = "finished [status:"
+
+
+def recipe(name: str, substitutions: Mapping[str, str]) -> str:
+    """The fenced block after ``<!-- recipe: NAME -->`` in docs/mcp.md, placeholders replaced."""
+    text = DOCS.read_text(encoding="utf-8")
+    marker = f"<!-- recipe: {name} -->\n```"
+    start = text.index("\n", text.index(marker) + len(marker)) + 1
+    body = text[start : text.index("```", start)]
+    for placeholder, value in substitutions.items():
+        body = body.replace(placeholder, value)
+    return body
+
+
+def recipe_commands(name: str, substitutions: Mapping[str, str]) -> list[list[str]]:
+    return [shlex.split(line) for line in recipe(name, substitutions).splitlines() if line]
+
+
+@dataclass
+class HostScript:
+    """The host model's turns, decided from the tool results it has been sent so far.
+
+    Delegate in the foreground, start a background job, poll ``job_list`` until a result
+    carries the completion notice, read the job with ``job_output``, then answer.
+    """
+
+    foreground: tuple[str, dict[str, Any]]
+    background: tuple[str, dict[str, Any]]
+    deadline: float = field(default_factory=lambda: time.monotonic() + 150.0)
+    seen: list[list[str]] = field(default_factory=list)
+
+    def next_call(self, results: list[str]) -> tuple[str, dict[str, Any]] | None:
+        self.seen.append(results)
+        if len(results) == 0:
+            return self.foreground
+        if len(results) == 1:
+            return self.background
+        noticed = [i for i, text in enumerate(results) if NOTICE_MARK in text]
+        if not noticed:
+            if time.monotonic() > self.deadline:
+                return None
+            time.sleep(0.1)  # the route runs on the loopback server's own thread
+            return ("job_list", {})
+        if len(results) == noticed[0] + 1:
+            return ("job_output", {"job_id": "subagent-1"})
+        return None
+
+    @classmethod
+    def delegating(cls, foreground: tuple[str, str], background: tuple[str, str]) -> HostScript:
+        """``(tool, prompt)`` for the foreground call and for the background job."""
+        fg_tool, fg_prompt = foreground
+        bg_tool, bg_prompt = background
+        return cls(
+            (fg_tool, {"description": "fg job", "prompt": fg_prompt}),
+            (bg_tool, {"description": "bg job", "prompt": bg_prompt, "run_in_background": True}),
+        )
+
+    @property
+    def results(self) -> list[str]:
+        """The tool results of the longest conversation the host sent."""
+        return max(self.seen, key=len, default=[])
+
+
+def _texts(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(str(part.get("text", "")) for part in content or [] if isinstance(part, dict))
+
+
+def codex_host_route(script: HostScript) -> Callable[[RecordedRequest], Reply | None]:
+    def route(request: RecordedRequest) -> Reply | None:
+        body = request.json
+        if not isinstance(body, dict) or "input" not in body:
+            return None
+        results = [
+            _texts(item.get("output"))
+            for item in body["input"]
+            if isinstance(item, dict) and item.get("type") == "function_call_output"
+        ]
+        call = script.next_call(results)
+        if call is None:
+            return Reply((MessageItem("host done"),))
+        name, arguments = call
+        item = FunctionCallItem(name, arguments, f"call-{len(results)}", namespace=NAMESPACE)
+        return Reply((item,))
+
+    return route
+
+
+def claude_host_route(script: HostScript) -> Callable[[ClaudeRequest], Behaviour | None]:
+    def route(request: ClaudeRequest) -> Behaviour | None:
+        results = [
+            _texts(block.get("content"))
+            for message in (request.body or {}).get("messages") or []
+            if message.get("role") == "user" and isinstance(message.get("content"), list)
+            for block in message["content"]
+            if isinstance(block, dict) and block.get("type") == "tool_result"
+        ]
+        call = script.next_call(results)
+        if call is None:
+            return Behaviour("text", text="host done")
+        name, arguments = call
+        return Behaviour("tool_use", tool_name=f"{NAMESPACE}__{name}", tool_input=arguments)
+
+    return route
+
+
+@contextmanager
+def threaded_responses_server(route: Callable[[RecordedRequest], Reply | None]) -> Iterator[str]:
+    """A ``FakeResponsesServer`` on a loop of its own (so its route may sleep); its base URL."""
+    ready = threading.Event()
+    state: dict[str, Any] = {}
+
+    def serve() -> None:
+        async def main() -> None:
+            async with FakeResponsesServer(route=route) as server:
+                state["url"], state["loop"] = server.base_url, asyncio.get_running_loop()
+                state["stop"] = asyncio.Event()
+                ready.set()
+                await state["stop"].wait()
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=serve, name="host-model", daemon=True)
+    thread.start()
+    assert ready.wait(30), "the host model server did not start"
+    try:
+        yield str(state["url"])
+    finally:
+        state["loop"].call_soon_threadsafe(state["stop"].set)
+        thread.join(30)
+
+
+def _task(arguments: list[str]) -> list[str]:
+    return ["Use dsh for this task." if arg == "TASK" else arg for arg in arguments]
+
+
+def _product(name: str) -> str:
+    assert name in ("codex", "claude"), name
+    if name == "codex":
+        import codex_cli_bin
+
+        return str(codex_cli_bin.bundled_codex_path())
+    import claude_agent_sdk
+
+    return str(Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude")
+
+
+async def _run_hosts(
+    commands: list[list[str]], cwd: Path, env: Mapping[str, str]
+) -> tuple[str, str]:
+    """Run the recipe's commands in order (``codex``/``claude`` mean the pinned binaries, with
+    the dsh script on ``PATH``); every one must exit 0; the last one's stdout and stderr."""
+    env = {**env, "PATH": f"{DSH.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    out = err = ""
+    runtime = SubprocessRuntime()
+    try:
+        for command in commands:
+            argv = [_product(command[0]), *_task(command[1:])]
+            process = await runtime.spawn(
+                SpawnSpec(
+                    argv=argv, cwd=cwd, env=env, stdout=Collect(1 << 20), stderr=Collect(1 << 20)
+                )
+            )
+            with anyio.fail_after(240):
+                outcome = await process.wait()
+            out, err = process.collected("stdout").text, process.collected("stderr").text
+            assert outcome.exit_code == 0, err[-3000:]
+    finally:
+        await runtime.aclose()
+    return out, err
+
+
+def _assert_host_saw(script: HostScript, foreground_answer: str, background_answer: str) -> None:
+    results = script.results
+    assert foreground_answer in results[0], results[0]
+    assert "started background subagent job subagent-1" in results[1], results[1]
+    notice = (
+        "background job subagent-1 (subagent: bg job) finished [status: completed]."
+        " Read its output with job_output."
+    )
+    carrying = [i for i, text in enumerate(results) if notice in text]
+    assert len(carrying) == 1, results  # in a tool result the host sent to its model, once
+    assert f"{background_answer}\n[status: completed]" in results[carrying[0] + 1]
+
+
+@pytest.mark.timeout(300)
+async def test_codex_exec_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_result(
+    tmp_path: Path, workspace: Path
+) -> None:
+    script = HostScript.delegating(
+        ("subagent_codex", "FG codex host"), ("subagent_claude_code", "BG claude host")
+    )
+    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
+        claude.queue_text("claude background answer", match="BG claude host")
+        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
+        paths = {"/path/to/profile.toml": str(profile), "/path/to/project": str(workspace)}
+        with threaded_responses_server(codex_host_route(script)) as host_url:
+            home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
+            with (home / "config.toml").open("a", encoding="utf-8") as config:
+                config.write("\n" + recipe("codex-config", paths))
+            commands = recipe_commands("codex-exec", paths)
+            assert [c[:2] for c in commands] == [["codex", "exec"]]
+            env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
+            out, err = await _run_hosts(commands, workspace, {**env, "RUST_LOG": "error"})
+        assert out.strip() == "host done", err[-3000:]
+        _assert_host_saw(script, "codex says: FG codex host", "claude background answer")
+        assert await settle_ours(tmp_path) == []
+
+
+@pytest.mark.parametrize("recipe_name", ["claude-mcp-add", "claude-mcp-config"])
+@pytest.mark.timeout(300)
+async def test_claude_code_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_result(
+    tmp_path: Path, workspace: Path, recipe_name: str
+) -> None:
+    script = HostScript.delegating(
+        ("subagent_claude_code", "FG claude host"), ("subagent_codex", "BG codex host")
+    )
+    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
+        claude.queue_text("claude foreground answer", match="FG claude host")
+        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
+        mcp_json = tmp_path / "dsh-mcp.json"
+        paths = {
+            "/path/to/profile.toml": str(profile),
+            "/path/to/project": str(workspace),
+            "/path/to/dsh-mcp.json": str(mcp_json),
+        }
+        mcp_json.write_text(recipe("mcp-json", paths), encoding="utf-8")
+        with FakeMessagesServer(route=claude_host_route(script)) as host:
+            commands = recipe_commands(recipe_name, paths)  # `claude mcp add`, then `claude -p`
+            assert commands[-1][:2] == ["claude", "-p"]
+            env = claude_env(tmp_path / "host-claude-root", host.base_url)
+            out, err = await _run_hosts(commands, workspace, env)
+        assert out.strip() == "host done", err[-3000:]
+        _assert_host_saw(script, "claude foreground answer", "codex says: BG codex host")
+        assert await settle_ours(tmp_path) == []
+
+
+# ---- closing stdin with requests pending; a profile without delegation tools ------------------
+
+
+def _frames(text: str) -> dict[Any, dict[str, Any]]:
+    """Every stdout line is a JSON-RPC frame; the responses by id."""
+    frames = [json.loads(line) for line in text.splitlines() if line]
+    return {frame["id"]: frame for frame in frames if "id" in frame}
+
+
+@pytest.mark.timeout(60)
+async def test_requests_pending_at_stdin_eof_are_answered_and_a_jobs_only_profile_warns(
+    tmp_path: Path, workspace: Path
+) -> None:
+    profile = tmp_path / "jobs-only.toml"
+    profile.write_text("[jobs]\n", encoding="utf-8")
+    requests = [
+        INITIALIZE,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "job_list", "arguments": {}},
+        },
+    ]
+    stdin = "".join(json.dumps(r) + "\n" for r in requests).encode()  # then EOF at once
+    runtime = SubprocessRuntime()
+    try:
+        process = await runtime.spawn(
+            SpawnSpec(
+                argv=[str(DSH), "mcp", "--profile", str(profile)],
+                cwd=workspace,
+                stdin=stdin,
+                stdout=Collect(1 << 20),
+                stderr=Collect(1 << 16),
+            )
+        )
+        with anyio.fail_after(30):
+            outcome = await process.wait()
+        out, err = process.collected("stdout").text, process.collected("stderr").text
+    finally:
+        await runtime.aclose()
+    assert outcome.exit_code == 0
+    answers = _frames(out)
+    assert sorted(answers) == [1, 2, 3]
+    assert [t["name"] for t in answers[2]["result"]["tools"]] == [
+        "job_output",
+        "job_list",
+        "job_kill",
+    ]
+    assert answers[3]["result"]["content"] == [{"type": "text", "text": "(no background jobs)"}]
+    assert "the profile serves no delegation tool" in err
+
+
+@pytest.mark.timeout(180)
+async def test_notifications_cancelled_ends_a_real_foreground_run_and_its_tree(
+    tmp_path: Path, workspace: Path
+) -> None:
+    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
+        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
+        runtime = SubprocessRuntime()
+        try:
+            process = await _stalled_foreground_codex_call(runtime, profile, codex, tmp_path)
+            cancel = {"requestId": 2, "reason": "the user interrupted"}
+            await _send(
+                process, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
+            )
+            deadline = time.monotonic() + 30
+            live = await anyio.to_thread.run_sync(ours, tmp_path)
+            while live != [process.pid] and time.monotonic() < deadline:
+                await anyio.sleep(0.1)
+                live = await anyio.to_thread.run_sync(ours, tmp_path)
+            assert live == [process.pid]  # the Codex tree exited; the server serves on
+            listing = {"name": "job_list", "arguments": {}}
+            await _send(
+                process, {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": listing}
+            )
+            answer = await _response(process, 3)
+            assert answer["result"]["content"][0]["text"] == "(no background jobs)"
+            assert process.stdin is not None
+            process.stdin.close()
+            with anyio.fail_after(10):
+                outcome = await process.wait()
+        finally:
+            await runtime.aclose()
+    assert outcome.exit_code == 0
+    assert await settle_ours(tmp_path) == []
+
+
+@pytest.mark.timeout(180)
+async def test_codex_runs_the_read_only_job_tools_without_an_approval_setting(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """The recipe without ``default_tools_approval_mode``: Codex's ``approval_policy = "never"``
+    refuses unannotated MCP tools, and runs the ones marked ``readOnlyHint``."""
+    calls = [
+        ("job_list", {}),
+        ("job_output", {"job_id": "subagent-9"}),
+        ("job_kill", {"job_id": "x"}),
+    ]
+    seen: list[list[str]] = []
+
+    def route(request: RecordedRequest) -> Reply | None:
+        body = request.json
+        if not isinstance(body, dict) or "input" not in body:
+            return None
+        results = [
+            _texts(item.get("output"))
+            for item in body["input"]
+            if isinstance(item, dict) and item.get("type") == "function_call_output"
+        ]
+        seen.append(results)
+        if len(results) == len(calls):
+            return Reply((MessageItem("host done"),))
+        name, arguments = calls[len(results)]
+        item = FunctionCallItem(name, arguments, f"call-{len(results)}", namespace=NAMESPACE)
+        return Reply((item,))
+
+    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
+        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
+        paths = {"/path/to/profile.toml": str(profile), "/path/to/project": str(workspace)}
+        config = "".join(
+            line + "\n"
+            for line in recipe("codex-config", paths).splitlines()
+            if not line.startswith("default_tools_approval_mode")
+        )
+        with threaded_responses_server(route) as host_url:
+            home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
+            with (home / "config.toml").open("a", encoding="utf-8") as file:
+                file.write("\n" + config)
+            env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
+            out, err = await _run_hosts(
+                recipe_commands("codex-exec", paths), workspace, {**env, "RUST_LOG": "error"}
+            )
+    assert out.strip() == "host done", err[-3000:]
+    listing, output, kill = max(seen, key=len)
+    assert "(no background jobs)" in listing
+    assert "unknown job subagent-9" in output
+    assert "requires approval" in kill  # job_kill is not read-only: Codex asks, and may not
+    assert await settle_ours(tmp_path) == []

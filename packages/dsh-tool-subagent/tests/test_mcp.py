@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -82,13 +83,18 @@ class Connection:
     logs: list[types.LoggingMessageNotificationParams] = field(default_factory=list)
     returned: list[Caller] = field(default_factory=list)
     log_arrived: anyio.Event = field(default_factory=anyio.Event)
+    riding: list[str] = field(default_factory=list)  # notices that rode on tool results
 
-    async def call(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
-        result = await self.session.call_tool(name, arguments)
-        assert len(result.content) == 1
-        block = result.content[0]
-        assert isinstance(block, types.TextContent)
-        return block.text, bool(result.is_error)
+    async def call(self, name: str, arguments: dict[str, Any], **options: Any) -> tuple[str, bool]:
+        """The first text block and ``isError``; a second block (notices) goes to ``riding``."""
+        result = await self.session.call_tool(name, arguments, **options)
+        texts = []
+        for block in result.content:
+            assert isinstance(block, types.TextContent)
+            texts.append(block.text)
+        assert 1 <= len(texts) <= 2
+        self.riding.extend(texts[1:])
+        return texts[0], bool(result.is_error)
 
     async def next_log(self, timeout: float = 5.0) -> types.LoggingMessageNotificationParams:  # noqa: ASYNC109
         with anyio.fail_after(timeout):
@@ -105,6 +111,7 @@ async def connect(
     *,
     modern: bool = False,
     log_level: types.LoggingLevel | None = None,
+    progress_interval_s: float | None = None,
 ) -> AsyncIterator[Connection]:
     """One MCP connection to ``harness``; on exit the client closes and the server returns."""
     holder: list[Connection] = []
@@ -120,7 +127,14 @@ async def connect(
 
         async def run_server() -> None:
             try:
-                owners.append(await serve_connection(harness, *server_streams, caller=caller))
+                options: dict[str, Any] = (
+                    {}
+                    if progress_interval_s is None
+                    else {"progress_interval_s": progress_interval_s}
+                )
+                owners.append(
+                    await serve_connection(harness, *server_streams, caller=caller, **options)
+                )
             finally:
                 server_done.set()
 
@@ -363,3 +377,256 @@ def test_an_invalid_profile_exits_2_before_serving(
     captured = capsys.readouterr()
     assert "dsh: invalid profile: tool[0].bogus" in captured.err
     assert captured.out == ""
+
+
+def _settled(harness: Harness, count: int) -> anyio.Event:
+    """Set once ``count`` jobs of ``harness`` have settled."""
+    done: list[JobDone] = []
+    event = anyio.Event()
+
+    def on_done(job: JobDone) -> None:
+        done.append(job)
+        if len(done) >= count:
+            event.set()
+
+    harness.jobs.on_job_done(on_done)
+    return event
+
+
+def _notice(job: int, label: str) -> str:
+    return (
+        f"background job subagent-{job} (subagent: {label}) finished [status: completed]."
+        " Read its output with job_output."
+    )
+
+
+async def test_tools_carry_behaviour_annotations() -> None:
+    harness = make_harness(FakeProvider("fake"))
+    async with harness, connect(harness) as conn:
+        listed = {t.name: t.annotations for t in (await conn.session.list_tools()).tools}
+    for name in ("job_list", "job_output"):
+        hints = listed[name]
+        assert hints is not None
+        assert hints.read_only_hint is True, name  # Codex runs these without approval
+    kill = listed["job_kill"]
+    assert kill is not None
+    assert (kill.read_only_hint, kill.destructive_hint, kill.idempotent_hint) == (
+        False,
+        True,
+        True,
+    )
+    delegate = listed["subagent_fake"]
+    assert delegate is not None
+    assert (delegate.read_only_hint, delegate.destructive_hint, delegate.idempotent_hint) == (
+        False,
+        True,
+        False,
+    )
+    assert delegate.open_world_hint is True
+
+
+async def test_a_completion_notice_rides_on_the_next_tool_result_once() -> None:
+    harness = make_harness(FakeProvider("fake", delay=0.0))
+    settled = _settled(harness, 1)
+    async with harness, connect(harness, modern=True) as conn:  # no log delivery at all
+        started = await conn.call(
+            "subagent_fake", {"description": "bg one", "prompt": "x", "run_in_background": True}
+        )
+        assert started == ("started background subagent job subagent-1", False)
+        assert conn.riding == []
+        with anyio.fail_after(5):
+            await settled.wait()
+        listing = await conn.call("job_list", {})
+        assert conn.riding == [_notice(1, "bg one")]
+        again = await conn.call("job_list", {})
+        unknown = await conn.call("no_such_tool", {})
+    assert listing == again == ("subagent-1 [subagent] completed — bg one", False)
+    assert unknown[1] is True
+    assert conn.riding == [_notice(1, "bg one")]  # once each
+    assert conn.logs == []
+
+
+async def test_a_job_read_before_the_next_result_brings_no_notice() -> None:
+    harness = make_harness(FakeProvider("fake", delay=0.0))
+    settled = _settled(harness, 1)
+    async with harness, connect(harness) as conn:
+        await conn.call(
+            "subagent_fake", {"description": "a", "prompt": "b", "run_in_background": True}
+        )
+        with anyio.fail_after(5):
+            await settled.wait()
+        output = await conn.call("job_output", {"job_id": "subagent-1"})
+        await conn.call("job_list", {})
+    assert output == ("b\n[status: completed]", False)
+    assert conn.riding == []
+
+
+async def test_notices_on_one_result_are_bounded_and_the_rest_ride_the_next() -> None:
+    harness = make_harness(FakeProvider("fake", delay=0.5))  # all seven start before any ends
+    settled = _settled(harness, 7)
+    async with harness, connect(harness) as conn:
+        for n in range(1, 8):
+            await conn.call(
+                "subagent_fake", {"description": f"j{n}", "prompt": "p", "run_in_background": True}
+            )
+        with anyio.fail_after(5):
+            await settled.wait()
+        await conn.call("job_list", {})
+        await conn.call("job_list", {})
+        await conn.call("job_list", {})
+    first, second = conn.riding
+    assert first.splitlines() == [_notice(n, f"j{n}") for n in range(1, 6)]
+    assert second.splitlines() == [_notice(n, f"j{n}") for n in (6, 7)]
+
+
+async def test_a_long_call_with_a_progress_token_reports_elapsed_time() -> None:
+    harness = make_harness(FakeProvider("fake", delay=0.55))
+    reports: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reports.append((progress, total, message))
+
+    async with harness, connect(harness, progress_interval_s=0.1) as conn:
+        answer = await conn.call(
+            "subagent_fake",
+            {"description": "slow", "prompt": "late"},
+            progress_callback=on_progress,
+        )
+        quiet: list[float] = []
+        await conn.call("job_list", {}, progress_callback=lambda p, t, m: quiet.append(p))
+    assert answer == ("late", False)
+    assert len(reports) >= 3
+    progress = [p for p, _, _ in reports]
+    assert progress == sorted(progress)
+    assert len(set(progress)) == len(progress)
+    assert all(total is None for _, total, _ in reports)
+    assert reports[0][2] == "subagent_fake: running, 0 s elapsed"
+    assert quiet == []  # a quick call ends before the first report
+
+
+async def test_a_cancelled_foreground_call_cancels_its_run_and_closes_it() -> None:
+    provider = FakeProvider("fake", delay=None)  # only a cancel ends this run
+    harness = make_harness(provider)
+    started = anyio.Event()
+    harness.subagents.subscribe(
+        lambda event: started.set() if isinstance(event, SubagentStarted) else None
+    )
+    async with harness, connect(harness) as conn:
+        async with anyio.create_task_group() as group:
+
+            async def call() -> None:
+                await conn.session.call_tool("subagent_fake", {"description": "x", "prompt": "y"})
+
+            group.start_soon(call)
+            with anyio.fail_after(5):
+                await started.wait()
+            group.cancel_scope.cancel()  # the SDK client sends notifications/cancelled
+        with anyio.fail_after(5):
+            while provider.open_runs:  # noqa: ASYNC110 - a fake's run list has no event
+                await anyio.sleep(0.01)
+        listing = await conn.call("job_list", {})  # the connection still serves
+    (run,) = provider.runs
+    assert run.cancel_reasons
+    assert listing == ("(no background jobs)", False)
+
+
+def _frame(request_id: int | None, method: str, params: dict[str, Any] | None = None) -> Any:
+    from mcp.shared.message import SessionMessage
+    from mcp.types import JSONRPCNotification, JSONRPCRequest
+
+    if request_id is None:
+        return SessionMessage(JSONRPCNotification(jsonrpc="2.0", method=method, params=params))
+    return SessionMessage(
+        JSONRPCRequest(jsonrpc="2.0", id=request_id, method=method, params=params)
+    )
+
+
+async def test_requests_pending_when_the_input_closes_are_all_answered() -> None:
+    provider = FakeProvider("fake", delay=None)
+    harness = make_harness(provider)
+    initialize = {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"},
+    }
+    frames = [
+        _frame(1, "initialize", initialize),
+        _frame(None, "notifications/initialized"),
+        _frame(2, "tools/list"),
+        _frame(3, "tools/call", {"name": "job_list", "arguments": {}}),
+        _frame(
+            4,
+            "tools/call",
+            {"name": "subagent_fake", "arguments": {"description": "x", "prompt": "y"}},
+        ),
+    ]
+    answers: dict[Any, Any] = {}
+    async with (
+        harness,
+        create_client_server_memory_streams() as (client, server),
+        anyio.create_task_group() as group,
+    ):
+        group.start_soon(lambda: serve_connection(harness, *server))
+        client_read, client_write = client
+        for frame in frames:
+            await client_write.send(frame)
+        await client_write.aclose()  # EOF with requests 2-4 still pending
+        with anyio.fail_after(10):
+            async for item in client_read:
+                assert not isinstance(item, Exception)
+                message = item.message
+                answers[getattr(message, "id", None)] = message
+                if len(answers) == 4:
+                    break
+    assert sorted(answers) == [1, 2, 3, 4]
+    assert [t["name"] for t in answers[2].result["tools"]][-3:] == [
+        "job_output",
+        "job_list",
+        "job_kill",
+    ]
+    assert answers[3].result["content"][0]["text"] == "(no background jobs)"
+    running = answers[4].result
+    assert running["isError"] is True
+    assert running["content"][0]["text"] == (
+        "the call was cancelled: the MCP client closed the connection"
+    )
+    assert provider.open_runs == ()
+
+
+def test_descriptions_name_the_product_and_the_model() -> None:
+    service, jobs = SubagentService(), JobRegistry()
+    first, second = FakeProvider("codex-a"), FakeProvider("codex-b")
+    first.config = SimpleNamespace(model="gpt-5.1-codex")  # type: ignore[attr-defined]
+    for provider in (first, second):
+        service.register(provider)
+    tools = [
+        SubagentTool(
+            SubagentToolConfig(provider=p.name, tool_name=f"t_{n}", max_depth="provider-managed"),
+            service,
+            jobs,
+            product="Codex",
+        )
+        for n, p in enumerate((first, second))
+    ]
+    described = [tool.description.split(". ")[0] for tool in tools]
+    assert described == [
+        "Delegate a self-contained task to a Codex subagent"
+        ' (provider "codex-a", model gpt-5.1-codex)',
+        'Delegate a self-contained task to a Codex subagent (provider "codex-b")',
+    ]
+
+
+def test_a_missing_anyio_names_the_extra_too(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A [codex]-only install has neither mcp nor anyio; the server module imports anyio first.
+    for name in list(sys.modules):
+        if name.startswith(("mcp", "anyio", "dsh.tool_subagent._mcp_")):
+            monkeypatch.delitem(sys.modules, name)
+    for name in ("mcp", "mcp_types", "anyio"):
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(ImportError) as raised:
+        _mcp.load_server_module()
+    assert str(raised.value) == _mcp.MCP_MISSING
+    assert _cli.main(["mcp"]) == 1
+    assert capsys.readouterr().err == f"dsh: {_mcp.MCP_MISSING}\n"

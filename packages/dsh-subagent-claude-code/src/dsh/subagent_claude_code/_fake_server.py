@@ -7,7 +7,7 @@ import os
 import threading
 import uuid
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -99,13 +99,21 @@ class FakeMessagesServer:
     behaviours; a behaviour queued with ``match=`` serves only requests whose task contains that
     text (so concurrent runs can be scripted apart). Streaming requests get SSE, the CLI's
     non-streaming fallback gets plain JSON. With the queue empty the server answers
-    ``default_text`` (or HTTP 500 when that is ``None``). Every request is recorded.
+    ``default_text`` (or HTTP 500 when that is ``None``). ``route`` (optional) picks a behaviour
+    per request from its recorded form (for example from the tool results it carries); returning
+    ``None`` falls back to the queue. Every request is recorded.
 
     Use as a context manager (sync or async) or call :meth:`start` and :meth:`close`.
     """
 
-    def __init__(self, *, default_text: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        default_text: str | None = None,
+        route: Callable[[RecordedRequest], Behaviour | None] | None = None,
+    ) -> None:
         self.default_text = default_text
+        self._route = route
         self._queue: deque[Behaviour] = deque()
         self._lock = threading.Lock()
         self._records: list[RecordedRequest] = []
@@ -223,6 +231,10 @@ class FakeMessagesServer:
         with self._lock:
             self._records.append(record)
             self._arrived.notify_all()
+        routed = self._route(record) if self._route is not None else None
+        if routed is not None:
+            return routed
+        with self._lock:
             task = record.task or ""
             for behaviour in self._queue:
                 if behaviour.match is None or behaviour.match in task:

@@ -34,11 +34,16 @@ class MessageItem:
 
 @dataclass(frozen=True)
 class FunctionCallItem:
-    """A function-call output item, e.g. ``exec_command`` with ``{"cmd": "..."}``."""
+    """A function-call output item, e.g. ``exec_command`` with ``{"cmd": "..."}``.
+
+    ``namespace`` names the tool namespace of the call: Codex offers an MCP server's tools in
+    the namespace ``mcp__<server>`` and rejects a call to one of them that carries none.
+    """
 
     name: str
     arguments: Mapping[str, Any] | str
     call_id: str | None = None
+    namespace: str | None = None
 
 
 OutputItem: TypeAlias = MessageItem | FunctionCallItem
@@ -349,7 +354,7 @@ def _item_json(item: OutputItem, item_id: str) -> dict[str, Any]:
             message["phase"] = item.phase
         return message
     arguments = item.arguments if isinstance(item.arguments, str) else json.dumps(item.arguments)
-    return {
+    call: dict[str, Any] = {
         "type": "function_call",
         "id": item_id,
         "call_id": item.call_id or f"call_{item_id}",
@@ -357,6 +362,9 @@ def _item_json(item: OutputItem, item_id: str) -> dict[str, Any]:
         "arguments": arguments,
         "status": "completed",
     }
+    if item.namespace is not None:
+        call["namespace"] = item.namespace
+    return call
 
 
 def _event(writer: asyncio.StreamWriter, kind: str, payload: Mapping[str, Any]) -> None:

@@ -273,7 +273,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "mcp":
         from dsh.tool_subagent import _mcp
 
-        return _mcp.main(profile=args.profile, cwd=args.cwd)
+        return _mcp.main(profile=args.profile, cwd=args.cwd, exit_process=True)
     raise AssertionError(f"unknown command {args.command!r}")  # argparse allows no other
 
 

@@ -73,6 +73,10 @@ def default_profile() -> dict[str, Any]:
     return {"provider": providers, "jobs": {}}
 
 
+#: The product each shipped provider kind runs, as tool descriptions name it.
+PRODUCTS = {"codex": "Codex", "claude-code": "Claude Code"}
+
+
 def default_tool_name(provider_name: str) -> str:
     """``subagent_<name>``, with ``-`` turned into ``_`` (``subagent_claude_code``)."""
     return "subagent_" + provider_name.replace("-", "_")
@@ -171,7 +175,8 @@ class Harness:
                 )
             seen.add(config.tool_name)
             try:
-                tools.append(SubagentTool(config, service, jobs))
+                product = PRODUCTS.get(kinds.get(config.provider, ""))
+                tools.append(SubagentTool(config, service, jobs, product=product))
             except MountError as exc:
                 field = "max_depth" if "max_depth" in str(exc) else "provider"
                 raise ProfileError(f"tool[{index}].{field}: {exc}") from exc

@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import importlib.util
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import FrameType, ModuleType
+from typing import Any
 
 __all__ = ["MCP_MISSING", "load_server_module", "main"]
 
@@ -23,8 +26,22 @@ MCP_MISSING = (
 )
 
 EXIT_OK, EXIT_MISSING_SDK, EXIT_INTERRUPTED = 0, 1, 130
+# Top-level modules the ``mcp`` extra brings; without the extra (a ``[codex]``-only install)
+# the server module's first import of one of them fails.
+_EXTRA_MODULES = frozenset({"mcp", "mcp_types", "anyio"})
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 logger = logging.getLogger("dsh.tool_subagent.mcp")
+
+
+def _missing_extra(exc: ImportError) -> bool:
+    top = (exc.name or "").partition(".")[0]
+    if isinstance(exc, ModuleNotFoundError) and top in _EXTRA_MODULES:
+        return True
+    try:
+        return importlib.util.find_spec("mcp") is None
+    except (ImportError, ValueError):
+        return True
 
 
 def load_server_module() -> ModuleType:
@@ -32,7 +49,7 @@ def load_server_module() -> ModuleType:
     try:
         module = importlib.import_module("dsh.tool_subagent._mcp_server")
     except ImportError as exc:
-        if exc.name is not None and (exc.name == "mcp" or exc.name.startswith("mcp.")):
+        if _missing_extra(exc):
             raise ImportError(MCP_MISSING, name=exc.name) from exc
         raise
     return module
@@ -50,38 +67,106 @@ def _log_to_stderr() -> None:
         root.setLevel(logging.WARNING)
 
 
-async def _serve(server: ModuleType, profile: str | None, cwd: str) -> int:
-    loop = asyncio.get_running_loop()
-    main_task = asyncio.current_task()
-    assert main_task is not None
-    terminated = False
+class _Stop:
+    """SIGINT and SIGTERM, handled from before serving until the process exits.
 
-    def on_sigterm() -> None:
-        nonlocal terminated
-        terminated = True
-        main_task.cancel("SIGTERM")
+    The first signal cancels the serving task (the owner's trees exit, then the harness
+    closes); later ones change nothing. Claude Code stops a server with SIGINT and, 100 ms
+    later, SIGTERM: the second must not kill the process by its default action mid-teardown.
+    The handlers are plain ``signal.signal`` handlers, not loop handlers, because the event
+    loop removes its own handlers (restoring the default action) when it closes.
+    """
 
-    with contextlib.suppress(NotImplementedError, RuntimeError):
-        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        # A session ran to its end, or was stopped before it began: nothing is left to tear
+        # down, so the process may end at once.
+        self.served = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def exit_code(self) -> int:
+        # SIGTERM is how a client closes its server normally; Ctrl-C keeps the shell's 130.
+        return EXIT_INTERRUPTED if self.signum == signal.SIGINT else EXIT_OK
+
+    def install(self) -> None:
+        for signum in _STOP_SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handle)
+
+    def restore(self) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()
+
+    def attach(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+        self._loop, self._task = loop, task
+
+    def detach(self) -> None:
+        self._loop = self._task = None
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is not None:
+            return
+        self.signum = signum
+        loop, task = self._loop, self._task
+        if loop is not None and task is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(task.cancel, "dsh mcp: stop signal")
+
+
+async def _serve(server: ModuleType, profile: str | None, cwd: str, stop: _Stop) -> int:
+    task = asyncio.current_task()
+    assert task is not None
+    stop.attach(asyncio.get_running_loop(), task)
     try:
-        await server.serve_stdio(profile, cwd=cwd)
+        if stop.signum is None:
+            await server.serve_stdio(profile, cwd=cwd)
     except asyncio.CancelledError:
-        if not terminated:
+        if stop.signum is None:
             raise
-        # The harness was closed (trees exited) on the way out; SIGTERM is a clean stop.
-        return EXIT_OK
+        # The harness was closed (trees exited) on the way out: a stop signal is a clean stop.
     finally:
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.remove_signal_handler(signal.SIGTERM)
-    return EXIT_OK
+        stop.detach()
+    return EXIT_OK if stop.signum is None else stop.exit_code
 
 
-def main(profile: str | None = None, cwd: str | None = None) -> int:
+def _exit_now(code: int) -> None:
+    """End the process at once: the teardown is done, and interpreter finalization (about
+    0.3 s with the SDK loaded) is what made a stopped server outlive its client's grace."""
+    for handler in logging.getLogger().handlers:
+        with contextlib.suppress(Exception):
+            handler.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+def main(profile: str | None = None, cwd: str | None = None, *, exit_process: bool = False) -> int:
     """Run the MCP stdio server until the client closes the connection; return the exit code.
 
     ``cwd`` is the subagents' working directory for this connection (default: the server's own
     working directory). An invalid profile raises ``ProfileError`` (the ``dsh`` command exits 2).
+    With ``exit_process`` (the ``dsh`` command) a session that was served ends the process
+    itself, with SIGINT and SIGTERM still handled up to the last instruction; errors before
+    serving (a missing SDK, an invalid profile) still return or raise.
     """
+    stop = _Stop()
+    stop.install()  # before the (slow) SDK import: a stop signal during it ends the run cleanly
+    try:
+        code = _run(profile, cwd, stop)
+    except BaseException:
+        stop.restore()
+        raise
+    if exit_process and stop.served:
+        _exit_now(code)
+    stop.restore()
+    return code
+
+
+def _run(profile: str | None, cwd: str | None, stop: _Stop) -> int:
     try:
         server = load_server_module()
     except ImportError as exc:
@@ -89,9 +174,18 @@ def main(profile: str | None = None, cwd: str | None = None) -> int:
             raise
         print(f"dsh: {exc}", file=sys.stderr)
         return EXIT_MISSING_SDK
+    if stop.signum is not None:  # stopped during the import: nothing was started
+        stop.served = True
+        return stop.exit_code
     _log_to_stderr()
     workdir = str(Path(cwd).absolute() if cwd else Path.cwd())
     try:
-        return asyncio.run(_serve(server, profile, workdir))
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+        code = asyncio.run(_serve(server, profile, workdir, stop))
+        stop.served = True
+        return code
+    except asyncio.CancelledError:
+        # The stop signal's cancel landed as the server was returning by itself (stdin EOF).
+        if stop.signum is None:
+            raise
+        stop.served = True
+        return stop.exit_code

@@ -1,47 +1,50 @@
 """The MCP server behind ``dsh mcp``, built on the official ``mcp`` SDK's low-level ``Server``.
 
-- Every harness tool is an MCP tool with the same name, description and JSON input schema; a
-  ``ToolResult`` becomes one text content block with ``isError`` from ``is_error``.
+- Every harness tool is an MCP tool with the same name, description and JSON input schema,
+  plus behaviour annotations (:func:`annotations_for`); a ``ToolResult`` becomes a text content
+  block with ``isError`` from ``is_error``.
 - One connection is one owner: a :class:`Caller` with a fresh session id and the connection's
   working directory. When the connection closes, that owner's Jobs are cancelled and their
-  process trees exit before :func:`serve_connection` returns.
-- A background job that finishes unreported sends its completion notice as a
-  ``notifications/message`` log notification (level ``notice``, logger ``dsh.jobs``). On a
-  handshake-era connection it is sent at once; on a 2026-07-28 connection (where log delivery
-  is a per-request opt-in) it rides the next ``tools/call`` that opted in.
+  process trees exit before :func:`serve_connection` returns; requests already received are
+  answered first (:mod:`._mcp_drain`).
+- Completion notices of background jobs ride on the next tool result, and go out as log
+  notifications too (:mod:`._mcp_notices`).
+- A call whose request carried a ``progressToken`` reports progress; a cancelled call cancels
+  its run and waits for whole-tree exit (:mod:`._mcp_calls`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import sys
 import uuid
-from collections import deque
 from collections.abc import Mapping
-from typing import Any, get_args
+from typing import Any
 
 import anyio
 from mcp import types
-from mcp.server.connection import allowed_log_levels
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
-from mcp.server.session import ServerSession
 from mcp.server.stdio import stdio_server
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import SessionMessage
-from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
-from dsh.jobs import JobDone
-from dsh.jobs.tools import ToolResult
+from dsh.jobs.tools import JobKillTool, JobListTool, JobOutputTool, ToolResult
 from dsh.tool_subagent._harness import Harness
+from dsh.tool_subagent._mcp_calls import PROGRESS_INTERVAL_S, Calls
+from dsh.tool_subagent._mcp_drain import draining
+from dsh.tool_subagent._mcp_notices import NOTICE_LEVEL, NOTICE_LOGGER, Notices
 from dsh.tool_subagent._mcp_stdin import stdin_lines
-from dsh.tool_subagent._tool import Caller
+from dsh.tool_subagent._tool import Caller, SubagentTool
 
 __all__ = [
     "NOTICE_LEVEL",
     "NOTICE_LOGGER",
+    "NO_DELEGATION_WARNING",
     "SERVER_NAME",
+    "annotations_for",
     "build_server",
+    "instructions_for",
     "mcp_tool",
     "new_caller",
     "serve_connection",
@@ -52,9 +55,25 @@ __all__ = [
 logger = logging.getLogger("dsh.tool_subagent.mcp")
 
 SERVER_NAME = "dsh"
-NOTICE_LEVEL: types.LoggingLevel = "notice"
-NOTICE_LOGGER = "dsh.jobs"
-_LEVELS: tuple[str, ...] = get_args(types.LoggingLevel)
+NO_DELEGATION_WARNING = (
+    "dsh mcp: warning: the profile serves no delegation tool (only job_output, job_list and"
+    " job_kill); add a [[provider]] or install a provider extra"
+)
+
+# Job tools: job_list and job_output only read (so hosts may run them without asking);
+# job_kill stops a job, and stopping it again changes nothing.
+_JOB_ANNOTATIONS: dict[type[Any], types.ToolAnnotations] = {
+    JobListTool: types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    JobOutputTool: types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    JobKillTool: types.ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+    ),
+}
+# A delegation hands a task to a coding agent that may edit files and run commands in the
+# working directory, and that talks to a model service.
+_DELEGATION_ANNOTATIONS = types.ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True
+)
 
 
 def new_caller(cwd: str | None) -> Caller:
@@ -62,93 +81,79 @@ def new_caller(cwd: str | None) -> Caller:
     return Caller(session_id=f"mcp-{uuid.uuid4().hex}", cwd=cwd)
 
 
+def annotations_for(tool: Any) -> types.ToolAnnotations | None:
+    """The MCP behaviour hints of a harness tool (None for a tool of unknown behaviour)."""
+    if isinstance(tool, SubagentTool):
+        return _DELEGATION_ANNOTATIONS.model_copy()
+    for kind, hints in _JOB_ANNOTATIONS.items():
+        if isinstance(tool, kind):
+            return hints.model_copy()
+    return None
+
+
 def mcp_tool(tool: Any) -> types.Tool:
-    """A harness tool as an MCP tool: the same name, description and input schema."""
-    return types.Tool(name=tool.name, description=tool.description, input_schema=tool.input_schema)
-
-
-def to_call_result(result: ToolResult) -> types.CallToolResult:
-    """A ``ToolResult`` as MCP text content, with ``isError`` from ``is_error``."""
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=result.text)], is_error=result.is_error
+    """A harness tool as an MCP tool: the same name, description and input schema, annotated."""
+    return types.Tool(
+        name=tool.name,
+        description=tool.description,
+        input_schema=tool.input_schema,
+        annotations=annotations_for(tool),
     )
 
 
-def _notice_message(text: str) -> types.LoggingMessageNotification:
-    params = types.LoggingMessageNotificationParams(
-        level=NOTICE_LEVEL, logger=NOTICE_LOGGER, data=text
+def to_call_result(result: ToolResult, notices: str | None = None) -> types.CallToolResult:
+    """A ``ToolResult`` as MCP text content (``isError`` from ``is_error``); pending
+    completion notices follow as a second text block."""
+    content = [types.TextContent(type="text", text=result.text)]
+    if notices:
+        content.append(types.TextContent(type="text", text=notices))
+    return types.CallToolResult(content=list(content), is_error=result.is_error)
+
+
+def _may_run_long(tool: Any, arguments: Mapping[str, Any]) -> bool:
+    """Whether a call waits on a product: a delegation, or a job_output that waits."""
+    if isinstance(tool, JobOutputTool):
+        return arguments.get("wait") is True
+    return not isinstance(tool, JobListTool | JobKillTool)
+
+
+def instructions_for(harness: Harness) -> str:
+    """The server instructions: what the tools are for and where job notices arrive."""
+    names = ", ".join(tool.name for tool in harness.delegation_tools) or "none"
+    return (
+        f"Delegate self-contained tasks to coding-agent subagents (delegation tools: {names})."
+        " A call with run_in_background: true returns a job id at once. When a background job"
+        " finishes, its completion notice is appended to the result of your next dsh tool call;"
+        " read the output with job_output (wait: true blocks until it finishes), list jobs with"
+        " job_list and stop one with job_kill."
     )
-    return types.LoggingMessageNotification(params=params)
 
 
-class _Notices:
-    """Completion notices of one owner, delivered as MCP log notifications."""
-
-    def __init__(self, caller: Caller) -> None:
-        self._caller = caller
-        self._pending: deque[str] = deque()
-        self._session: ServerSession | None = None
-        self._wake = asyncio.Event()
-        self.min_level: str = "debug"
-
-    def on_done(self, event: JobDone) -> None:
-        if event.notice is None or event.snapshot.owner_session != self._caller.session_id:
-            return
-        self._pending.append(event.notice)
-        self._wake.set()
-
-    def _wanted(self) -> bool:
-        return _LEVELS.index(NOTICE_LEVEL) >= _LEVELS.index(self.min_level)
-
-    def bind(self, ctx: ServerRequestContext[Any, Any]) -> None:
-        """Remember the connection's session for standalone delivery (handshake era only)."""
-        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            self._session = ctx.session
-            self._wake.set()
-
-    async def run(self) -> None:
-        """Send pending notices on the connection's standalone channel as they arrive."""
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            session = self._session
-            while session is not None and self._pending:
-                notice = self._pending.popleft()
-                if not self._wanted():
-                    continue
-                try:
-                    await session.send_notification(_notice_message(notice))
-                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    logger.debug("connection closed; a completion notice was not sent")
-                    return
-                except Exception:
-                    logger.debug("a completion notice could not be sent", exc_info=True)
-
-    async def flush_request_scoped(self, ctx: ServerRequestContext[Any, Any]) -> None:
-        """On a 2026-07-28 connection, send pending notices on this request's stream if the
-        request opted in to log delivery at or below the notice level."""
-        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS or not self._pending:
-            return
-        if NOTICE_LEVEL not in allowed_log_levels(ctx.protocol_version, ctx.meta):
-            return
-        while self._pending:
-            notice = self._pending.popleft()
-            await ctx.session.send_notification(
-                _notice_message(notice), related_request_id=ctx.request_id
-            )
-
-
-def build_server(harness: Harness, caller: Caller, notices: _Notices | None = None) -> Server[Any]:
+def build_server(
+    harness: Harness,
+    caller: Caller,
+    notices: Notices | None = None,
+    calls: Calls | None = None,
+) -> Server[Any]:
     """A low-level MCP ``Server`` serving ``harness.tools`` for the one owner ``caller``."""
     tools: dict[str, Any] = {tool.name: tool for tool in harness.tools}
     listing = [mcp_tool(tool) for tool in harness.tools]
-    sink = notices if notices is not None else _Notices(caller)
+    sink = notices if notices is not None else Notices(caller, harness.jobs)
+    running = calls if calls is not None else Calls()
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         sink.bind(ctx)
         return types.ListToolsResult(tools=[tool.model_copy(deep=True) for tool in listing])
+
+    async def invoke(tool: Any, name: str, arguments: Mapping[str, Any]) -> ToolResult:
+        try:
+            result: ToolResult = await tool.call(arguments, caller)
+        except Exception as exc:
+            logger.debug("tool %s raised", name, exc_info=exc)
+            return ToolResult(text=f"tool {name} failed: {type(exc).__name__}", is_error=True)
+        return result
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
@@ -163,15 +168,14 @@ def build_server(harness: Harness, caller: Caller, notices: _Notices | None = No
             )
         else:
             arguments: Mapping[str, Any] = params.arguments or {}
-            try:
-                result = await tool.call(arguments, caller)
-            except Exception as exc:
-                logger.debug("tool %s raised", params.name, exc_info=exc)
-                result = ToolResult(
-                    text=f"tool {params.name} failed: {type(exc).__name__}", is_error=True
-                )
+            result = await running.run(
+                ctx,
+                params.name,
+                lambda: invoke(tool, params.name, arguments),
+                long=_may_run_long(tool, arguments),
+            )
         await sink.flush_request_scoped(ctx)
-        return to_call_result(result)
+        return to_call_result(result, sink.for_result())
 
     async def set_level(
         ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
@@ -182,16 +186,12 @@ def build_server(harness: Harness, caller: Caller, notices: _Notices | None = No
     server: Server[Any] = Server(
         SERVER_NAME,
         version=_version(),
-        instructions=(
-            "Delegate self-contained tasks to coding-agent subagents. Background jobs are"
-            " collected with job_output and stopped with job_kill; a finished job is also"
-            " announced as a log notification."
-        ),
+        instructions=instructions_for(harness),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
     # Registered by method (not the deprecated constructor hook) so the logging capability is
-    # advertised on handshake-era connections, which is where the notices are sent.
+    # advertised on handshake-era connections, which is where log notices are sent.
     server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
     return server
 
@@ -213,22 +213,26 @@ async def serve_connection(
     caller: Caller | None = None,
     cwd: str | None = None,
     raise_exceptions: bool = False,
+    progress_interval_s: float = PROGRESS_INTERVAL_S,
 ) -> Caller:
     """Serve one MCP connection until its read side closes; return its owner.
 
+    At EOF, running tool calls are cancelled and every request already received is answered.
     Before returning (also on cancellation) the owner's Jobs are cancelled and awaited, so their
     process trees have exited. The harness itself stays open.
     """
     owner = caller if caller is not None else new_caller(cwd)
-    notices = _Notices(owner)
-    server = build_server(harness, owner, notices)
+    notices = Notices(owner, harness.jobs)
+    calls = Calls(progress_interval_s)
+    server = build_server(harness, owner, notices, calls)
+    reader, writer = draining(read_stream, write_stream, calls.close)
     unsubscribe = harness.jobs.on_job_done(notices.on_done)
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(notices.run)
             await server.run(
-                read_stream,
-                write_stream,
+                reader,
+                writer,
                 server.create_initialization_options(),
                 raise_exceptions=raise_exceptions,
             )
@@ -249,6 +253,8 @@ async def serve_stdio(profile: str | None, *, cwd: str | None) -> None:
     ends the server without waiting for stdin to reach EOF.
     """
     harness = Harness.from_profile(profile)
+    if not harness.delegation_tools:
+        print(NO_DELEGATION_WARNING, file=sys.stderr, flush=True)
     try:
         async with stdin_lines() as stdin, stdio_server(stdin=stdin) as (read, write):
             await serve_connection(harness, read, write, caller=new_caller(cwd))

@@ -104,8 +104,14 @@ class SubagentTool:
     """Delegates one self-contained task to a registered provider, in the foreground or as a Job."""
 
     def __init__(
-        self, config: SubagentToolConfig, service: SubagentService, jobs: JobRegistry
+        self,
+        config: SubagentToolConfig,
+        service: SubagentService,
+        jobs: JobRegistry,
+        *,
+        product: str | None = None,
     ) -> None:
+        """``product`` names the coding-agent product in the description (e.g. ``"Codex"``)."""
         provider = service.get(config.provider)
         if provider is None:
             raise MountError(
@@ -125,11 +131,19 @@ class SubagentTool:
         self.jobs = jobs
         self.inherits_parent_context = provider.inherits_parent_context
         self.name = config.tool_name
+        self.product = product
+        # A provider config's model, when it has one (both shipped providers do).
+        model = getattr(getattr(provider, "config", None), "model", None)
+        self.model = model if isinstance(model, str) and model else None
         self.description = self._describe()
         self._schema = self._build_schema()
 
     def _describe(self) -> str:
-        parts = ["Delegate a self-contained task to a subagent."]
+        who = f"a {self.product} subagent" if self.product else "a subagent"
+        facts = f'provider "{self.config.provider}"'
+        if self.model:
+            facts += f", model {self.model}"
+        parts = [f"Delegate a self-contained task to {who} ({facts})."]
         if not self.inherits_parent_context:
             parts.append(
                 "The subagent works in its own context: it does not see this conversation, so the"
