@@ -12,7 +12,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dsh.subprocess import SpawnError, SpawnSpec, SubprocessRuntime, marked_processes
+from dsh.subprocess import (
+    ManagedProcess,
+    SpawnError,
+    SpawnSpec,
+    SubprocessRuntime,
+    marked_processes,
+)
 from dsh.subprocess import _process as process_module
 from dsh.subprocess import _spawner as spawner_module
 
@@ -142,3 +148,49 @@ async def test_the_product_gets_default_signal_dispositions(runtime: SubprocessR
         await proc.aclose()
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+STUBBORN = (
+    "import os, signal, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "if os.fork() == 0:\n"
+    "    time.sleep(30)\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(30)\n"
+)
+
+
+async def _stubborn(runtime: SubprocessRuntime) -> ManagedProcess:
+    proc = await runtime.spawn(
+        SpawnSpec([sys.executable, "-c", STUBBORN], stdout="pipe", grace_ms=5000)
+    )
+    assert proc.stdout is not None
+    assert await proc.stdout.readline() == b"ready\n"
+    return proc
+
+
+async def test_a_cancelled_aclose_returns_only_after_the_tree_is_gone(
+    runtime: SubprocessRuntime,
+) -> None:
+    proc = await _stubborn(runtime)
+    closing = asyncio.create_task(proc.aclose())
+    await asyncio.sleep(0.1)  # in the grace period: SIGTERM ignored, SIGKILL not yet due
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    assert proc.tree_gone, "a cancelled aclose() must still prove the tree gone"
+    assert marked_processes(proc.tree_id) == []
+
+
+async def test_a_cancelled_runtime_close_returns_only_after_every_tree_is_gone() -> None:
+    runtime = SubprocessRuntime()
+    procs = [await _stubborn(runtime) for _ in range(2)]
+    closing = asyncio.create_task(runtime.aclose())
+    await asyncio.sleep(0.1)
+    for _ in range(3):  # cancelled again and again, as a cancel scope would
+        closing.cancel()
+        await asyncio.sleep(0)
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    assert all(proc.tree_gone for proc in procs)
+    assert runtime.live == ()

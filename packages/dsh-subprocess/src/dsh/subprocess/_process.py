@@ -9,10 +9,10 @@ import os
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Literal
+from typing import IO, Literal, TypeVar
 
 import psutil
 
@@ -39,6 +39,7 @@ _KILL_CONFIRM_S = 5.0
 _READ_CHUNK = 65536
 
 _owner: tuple[int, str] | None = None
+_T = TypeVar("_T")
 _SUPERVISED = _procfs._IS_LINUX
 """Spawn through a subreaper supervisor (Linux); elsewhere a plain ``Popen`` in a new session."""
 
@@ -214,8 +215,9 @@ class ManagedProcess:
     async def aclose(self) -> None:
         """Close stdin, terminate(), wait for the whole tree, reap the child. Idempotent.
 
-        If this is cancelled or fails, a synchronous SIGKILL of the whole tree runs before the
-        exception propagates.
+        If this fails, a synchronous SIGKILL of the whole tree runs before the exception
+        propagates. If it is cancelled, it SIGKILLs the tree and still waits (bounded, absorbing
+        further cancellations) until the tree is proven gone, then re-raises the cancellation.
         """
         if self._closed:
             return
@@ -234,6 +236,14 @@ class ManagedProcess:
                     raise TeardownError("direct child could not be reaped") from exc
             await self._finish_tasks()
             clean = True
+        except asyncio.CancelledError:
+            self._kill_sync()
+            if await finish_despite_cancel(self.wait_for_exit(_KILL_CONFIRM_S)):
+                for task in self._tasks():
+                    task.cancel()
+                self._close_transports()
+                self._closed = True
+            raise
         finally:
             if not clean:
                 self._kill_sync()
@@ -484,6 +494,20 @@ class ManagedProcess:
         for transport in self._transports:
             with contextlib.suppress(Exception):
                 transport.close()
+
+
+async def finish_despite_cancel(work: Awaitable[_T]) -> _T:
+    """Await ``work`` to its end even if the caller is cancelled meanwhile (again and again).
+
+    For bounded teardown work only: the caller re-raises its cancellation afterwards.
+    """
+    task = asyncio.ensure_future(work)
+    while True:
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                return task.result()
 
 
 async def _connect_reader(

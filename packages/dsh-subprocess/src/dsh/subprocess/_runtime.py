@@ -9,7 +9,7 @@ import threading
 import time
 from types import TracebackType
 
-from dsh.subprocess._process import ManagedProcess, launch
+from dsh.subprocess._process import _KILL_CONFIRM_S, ManagedProcess, finish_despite_cancel, launch
 from dsh.subprocess._procfs import scan
 from dsh.subprocess._record import record
 from dsh.subprocess._spec import SpawnSpec
@@ -125,8 +125,10 @@ class SubprocessRuntime:
     async def aclose(self) -> None:
         """Terminate every live tree and wait for each to exit.
 
-        On failure or cancellation every remaining tree is SIGKILLed synchronously first; failures
-        raise one ``TeardownError`` (an ``ExceptionGroup`` of them when there are several).
+        On failure every remaining tree is SIGKILLed synchronously first; failures raise one
+        ``TeardownError`` (an ``ExceptionGroup`` of them when there are several). If cancelled, it
+        SIGKILLs every live tree and still waits (bounded, absorbing further cancellations) until
+        each is proven gone, then re-raises the cancellation.
         """
         self._closed = True
         errors: list[Exception] = []
@@ -146,6 +148,11 @@ class SubprocessRuntime:
             async with asyncio.TaskGroup() as group:
                 for proc in procs:
                     group.create_task(close_one(proc))
+        except asyncio.CancelledError:
+            live = list(self._live)
+            _kill_all_sync(live)
+            await finish_despite_cancel(_all_gone(live))
+            raise
         except BaseException:
             _kill_all_sync(list(self._live))
             raise
@@ -167,6 +174,12 @@ class SubprocessRuntime:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+async def _all_gone(procs: list[ManagedProcess]) -> None:
+    """Wait (bounded per tree) until every given tree is proven gone."""
+    if procs:
+        await asyncio.gather(*(proc.wait_for_exit(_KILL_CONFIRM_S) for proc in procs))
 
 
 def _as_teardown(exc: Exception) -> TeardownError:
