@@ -6,6 +6,7 @@ providers, and entry-point discovery. The conformance kit lives in :mod:`dsh.sub
 """
 
 from dsh.subagent._checks import check_one_shot_request
+from dsh.subagent._closing import CloseOnce
 from dsh.subagent._diagnostics import (
     MAX_DIAGNOSTIC_BYTES,
     FailureFacts,
@@ -49,6 +50,7 @@ __all__ = [
     "NO_START_CAPABILITIES",
     "PROVIDER_ENTRY_POINT_GROUP",
     "Capabilities",
+    "CloseOnce",
     "ContentBlock",
     "Descriptor",
     "DoctorCheck",
