@@ -75,9 +75,13 @@ def _session_of(owner: JobOwner | None) -> str | None:
 
 
 def _safe_exception_detail(exc: BaseException) -> str:
-    message = str(exc)
-    name = type(exc).__name__
-    return f"{name}: {message}" if message else name
+    # Only the type name: the registry cannot know whether an exception's text is safe for a
+    # model (it may carry paths, env values or product text). The text goes to the DEBUG log.
+    return type(exc).__name__
+
+
+def _joined(*parts: str | None) -> str | None:
+    return "; ".join(p for p in parts if p) or None
 
 
 class JobRegistry:
@@ -147,14 +151,20 @@ class JobRegistry:
         elif (exc := task.exception()) is not None:
             logger.debug("job %s work raised", job.id, exc_info=exc)
             if job.kill_requested:
-                parts = [job.kill_reason, _safe_exception_detail(exc)]
-                status, detail = JobStatus.KILLED, "; ".join(p for p in parts if p)
+                status, detail = (
+                    JobStatus.KILLED,
+                    _joined(job.kill_reason, _safe_exception_detail(exc)),
+                )
             else:
                 status, detail = JobStatus.FAILED, _safe_exception_detail(exc)
         else:
             outcome = task.result()
             if job.kill_requested and outcome.status is not JobStatus.KILLED:
                 status, detail = JobStatus.KILLED, job.kill_reason
+            elif job.kill_requested:
+                # The work's own facts about the kill (a failed teardown, say) follow the reason.
+                status, detail = JobStatus.KILLED, _joined(job.kill_reason, outcome.detail)
+                output = outcome.output or ""
             else:
                 status, detail, output = outcome.status, outcome.detail, outcome.output or ""
         self._settle(job, status, detail, output)
@@ -281,7 +291,11 @@ class JobRegistry:
     # -- closing ----------------------------------------------------------------------------
 
     async def close_owner(self, owner: JobOwner | None) -> None:
-        """Cancel the owner's live jobs (no notice), await their exit, and drop their records."""
+        """Cancel the owner's live jobs (no notice), await their exit, and drop their records.
+
+        A job already killed is not cancelled again (a second cancel would cut short the close
+        its work runs after the first); this waits for it like for the others.
+        """
         session = _session_of(owner)
         await self._close(job for job in self._jobs.values() if job.owner_session == session)
 
@@ -299,8 +313,9 @@ class JobRegistry:
                 if not job.kill_requested:
                     job.kill_requested = True
                     job.status = JobStatus.STOPPING
+                    if job.task is not None:
+                        job.task.cancel("job owner closed")
                 if job.task is not None:
-                    job.task.cancel("job owner closed")
                     tasks.append(job.task)
         if tasks:
             await asyncio.wait(tasks)
