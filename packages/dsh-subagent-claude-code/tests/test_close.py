@@ -95,6 +95,21 @@ async def test_a_cancelled_aclose_still_waits_for_proven_exit(
     await run.aclose()
 
 
+async def test_a_cancelled_second_aclose_still_waits_for_whole_tree_exit(
+    tmp_path: Path, make_request: Any, own_marked_processes: Callable[[], list[int]]
+) -> None:
+    run = await stubborn_run(tmp_path, make_request, own_marked_processes)
+    first = asyncio.create_task(run.aclose())
+    await asyncio.sleep(0.05)
+    second = asyncio.create_task(run.aclose())
+    await asyncio.sleep(0.05)
+    second.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    assert await asyncio.to_thread(own_marked_processes) == [], "returned with the tree alive"
+    await first
+
+
 async def test_a_failed_teardown_raises_for_every_caller(
     tmp_path: Path, make_request: Any, own_marked_processes: Callable[[], list[int]]
 ) -> None:
