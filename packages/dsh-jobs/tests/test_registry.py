@@ -479,3 +479,27 @@ def test_jobs_config_rules() -> None:
         JobsConfig(wait_timeout_ms=10, max_wait_timeout_ms=5)
     with pytest.raises(ValueError, match="extra"):
         JobsConfig(unknown=1)  # type: ignore[call-arg]
+
+
+async def test_a_cancelled_close_owner_still_waits_for_its_jobs_to_settle() -> None:
+    closed: list[str] = []
+
+    async def work() -> JobOutcome:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(0.3)  # the run's close
+            closed.append("closed")
+        return answer("never")
+
+    async with JobRegistry() as jobs:
+        job_id = jobs.start("subagent", "x", A, work)
+        await asyncio.sleep(0)
+        closing = asyncio.create_task(jobs.close_owner(A))
+        await asyncio.sleep(0.05)
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        assert closed == ["closed"], "close_owner ended while its job was still closing"
+        with pytest.raises(UnknownJobError):
+            jobs.get(job_id, A)

@@ -294,7 +294,8 @@ class JobRegistry:
         """Cancel the owner's live jobs (no notice), await their exit, and drop their records.
 
         A job already killed is not cancelled again (a second cancel would cut short the close
-        its work runs after the first); this waits for it like for the others.
+        its work runs after the first); this waits for it like for the others. Cancelling the
+        caller does not cut the wait short: it re-raises once every covered job has settled.
         """
         session = _session_of(owner)
         await self._close(job for job in self._jobs.values() if job.owner_session == session)
@@ -306,7 +307,6 @@ class JobRegistry:
 
     async def _close(self, selected: Iterable[_Job]) -> None:
         jobs = list(selected)
-        tasks: list[asyncio.Task[JobOutcome]] = []
         for job in jobs:
             if not job.done.is_set():
                 job.reported = True
@@ -315,13 +315,20 @@ class JobRegistry:
                     job.status = JobStatus.STOPPING
                     if job.task is not None:
                         job.task.cancel("job owner closed")
-                if job.task is not None:
-                    tasks.append(job.task)
-        if tasks:
-            await asyncio.wait(tasks)
+        # Settlement follows the task's end (its work's teardown included). A caller cancelled
+        # meanwhile keeps waiting for it (each work's close is bounded), then re-raises: a close
+        # never ends while a job it covers is still tearing down.
+        cancelled: asyncio.CancelledError | None = None
         for job in jobs:
-            await job.done.wait()
+            while not job.done.is_set():
+                try:
+                    await job.done.wait()
+                except asyncio.CancelledError as error:
+                    cancelled = cancelled or error
+        for job in jobs:
             self._jobs.pop(job.id, None)
+        if cancelled is not None:
+            raise cancelled
 
     async def __aenter__(self) -> JobRegistry:
         return self
