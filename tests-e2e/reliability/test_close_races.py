@@ -18,6 +18,7 @@ After every step:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -185,6 +186,7 @@ class CloseRaces(RuleBasedStateMachine):
         self.runtimes = [self.runtime]
         self.violations: list[str] = []
         self.closes: list[asyncio.Task[None]] = []
+        self.cancellable: list[asyncio.Task[None]] = []
         self.direct: dict[str, DirectRun] = {}
         self.records: dict[str, JobRecord] = {}
         self.counter = 0
@@ -222,7 +224,12 @@ class CloseRaces(RuleBasedStateMachine):
         return f"{kind}-{self.counter}"
 
     def _watch(
-        self, what: str, trees: Callable[[], list[ManagedProcess]], close: Awaitable[Any]
+        self,
+        what: str,
+        trees: Callable[[], list[ManagedProcess]],
+        close: Awaitable[Any],
+        *,
+        cancellable: bool = True,
     ) -> None:
         """Run ``close`` in a task of its own; when it ends in any way, walk /proc at once."""
 
@@ -241,6 +248,8 @@ class CloseRaces(RuleBasedStateMachine):
 
         task = self.loop.create_task(watched())
         self.closes.append(task)
+        if cancellable:
+            self.cancellable.append(task)
         self._drive(asyncio.sleep(0.01))  # let it begin
 
     def _on_job_done(self, event: JobDone) -> None:
@@ -345,8 +354,8 @@ class CloseRaces(RuleBasedStateMachine):
     def cancel_a_close(self, index: int) -> None:
         # Drawn by index, not from the pending ones: which closes are pending depends on timing,
         # and hypothesis needs the same draws on a replay.
-        if self.closes:
-            self.closes[index % len(self.closes)].cancel()
+        if self.cancellable:
+            self.cancellable[index % len(self.cancellable)].cancel()
             self._drive(asyncio.sleep(0))
 
     @rule(tag=jobs)
@@ -387,7 +396,15 @@ class CloseRaces(RuleBasedStateMachine):
                 job.runtime_closed = True
         self.runtime = RecordingRuntime(self.trees)
         self.runtimes.append(self.runtime)
-        self._watch("SubprocessRuntime.aclose()", lambda: list(old.spawned), old.aclose())
+        # Not cancelled here: a cancelled SubprocessRuntime.aclose() SIGKILLs synchronously and
+        # raises without waiting for exit, by its documented design (dsh.subprocess, owned
+        # elsewhere). test_a_cancelled_runtime_aclose_waits_for_whole_tree_exit pins that gap.
+        self._watch(
+            "SubprocessRuntime.aclose()",
+            lambda: list(old.spawned),
+            old.aclose(),
+            cancellable=False,
+        )
 
     @rule(seconds=st.sampled_from((0.0, 0.05, 0.4)))
     def let_time_pass(self, seconds: float) -> None:
@@ -449,8 +466,8 @@ def test_close_races(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run_state_machine_as_test(
         CloseRaces,
         settings=settings(
-            max_examples=15,
-            stateful_step_count=12,
+            max_examples=12,
+            stateful_step_count=20,
             deadline=None,
             database=None,
             # Timing decides some outcomes, so a replay may differ: report the first failing
@@ -461,3 +478,30 @@ def test_close_races(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         ),
     )
     print(f"close races: {time.monotonic() - began:.1f}s, {STATS}")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a cancelled SubprocessRuntime.aclose() raises right after its synchronous SIGKILL, "
+    "without waiting for exit (dsh.subprocess._runtime; reported to its owner)",
+)
+async def test_a_cancelled_runtime_aclose_waits_for_whole_tree_exit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trees: dict[str, list[ManagedProcess]] = {}
+    runtime = RecordingRuntime(trees)
+    config = CodexProviderConfig(
+        env={"STANDIN_SCENARIO": "stubborn"}, stderr="discard", dispose_grace_ms=GRACE_MS
+    )
+    provider = CodexProvider(config, _program=[sys.executable, str(CODEX_STANDIN)])
+    monkeypatch.setattr(codex_provider_module, "default_runtime", lambda: runtime)
+    run = await provider.start(request(tmp_path, "codex"))
+    try:
+        closing = asyncio.create_task(runtime.aclose())
+        await asyncio.sleep(0.05)
+        closing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await closing
+        assert tree_problems(runtime.spawned) == []
+    finally:
+        await run.aclose()
