@@ -308,3 +308,31 @@ async def test_an_owner_close_during_the_dispose_waits_for_it() -> None:
         assert list(provider.acloses.values()) == [1]
         await jobs.close_owner(CALLER)
         assert provider.closes_finished == 1, "the owner close cut the run's close short"
+
+
+async def test_a_cancelled_call_whose_start_fails_still_raises_the_cancellation() -> None:
+    from dsh.subagent import ProductFailure
+
+    class RollbackFailing(FakeProvider):
+        """Like Codex: a cancelled start whose rollback fails raises the teardown line."""
+
+        async def start(self, request: ResolvedStartRequest) -> Any:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                raise ProductFailure(TEARDOWN_LINE) from None
+            raise AssertionError("unreachable")
+
+    tool, jobs = mount(RollbackFailing())
+    call = asyncio.create_task(tool.call({"description": "d", "prompt": "p"}, CALLER))
+    await asyncio.sleep(0.01)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+
+    async with jobs:
+        await tool.call({"description": "d", "prompt": "p", "run_in_background": True}, CALLER)
+        await asyncio.sleep(0.01)
+        jobs.kill("subagent-1", CALLER, reason="stop")
+        snap = await jobs.wait("subagent-1", 5, CALLER)
+        assert snap.status_line == f"[status: killed, stop; {TEARDOWN_LINE}]"

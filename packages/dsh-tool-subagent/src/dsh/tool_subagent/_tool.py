@@ -234,6 +234,10 @@ class SubagentTool:
     async def _foreground(self, request: SubagentStartRequest) -> ToolResult:
         run = await self._start(request, "foreground")
         if isinstance(run, str):
+            if _killed():
+                # The call was cancelled and the start's rollback failed (Codex then raises the
+                # teardown line): the caller asked to stop, so it gets the cancellation.
+                raise asyncio.CancelledError
             return ToolResult(text=run, is_error=True)
         try:
             result = await run.result()
