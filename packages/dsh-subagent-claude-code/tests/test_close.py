@@ -121,3 +121,22 @@ async def test_a_failed_teardown_raises_for_every_caller(
         assert isinstance(outcome, ProductFailure), outcome
         assert str(outcome) == TEARDOWN_LINE
     assert await asyncio.to_thread(own_marked_processes) == []
+
+
+async def test_a_teardown_failure_after_a_success_result_keeps_the_result(
+    tmp_path: Path, make_request: Any
+) -> None:
+    # The SDK closes the transport itself once its query ends; a teardown failure there must not
+    # turn the success into a failed query. It is reported by aclose(), like any teardown failure.
+    env = {"STANDIN_SCENARIO": "late-results", "STANDIN_LOG": str(tmp_path / "log.jsonl")}
+    config = ClaudeCodeProviderConfig(env=env, dispose_grace_ms=GRACE_MS, stderr="discard")
+    runtime = _CountingFailingRuntime()
+    provider = provider_with_cli(config, [sys.executable, str(SCRIPT)], runtime=runtime)
+    run = await provider.start(make_request("task", tmp_path))
+    result = await asyncio.wait_for(run.result(), 20)
+    with pytest.raises(ProductFailure) as caught:
+        await run.aclose()
+    assert str(caught.value) == TEARDOWN_LINE
+    assert result.stop_reason is StopReason.COMPLETED, result
+    assert result.text == "FIRST-SUCCESS"
+    assert runtime.closes == 1

@@ -279,12 +279,13 @@ class ClaudeCodeRun:
     async def _teardown(self) -> None:
         try:
             await self._transport.close()
-        except Exception:
-            _log.debug("Claude Code teardown failed", exc_info=True)
-            raise
         finally:
             await self._stop_consumer()
             await self._remove_tmp()
+        failure = self._transport.close_failure
+        if failure is not None:
+            _log.debug("Claude Code teardown failed", exc_info=failure)
+            raise failure
 
     async def _stop_consumer(self) -> None:
         tasks = [t for t in (self._task, self._exit_watch) if t is not None]

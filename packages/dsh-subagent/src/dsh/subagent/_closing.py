@@ -43,8 +43,11 @@ class CloseOnce:
                 await asyncio.wait([task])
             except asyncio.CancelledError as error:
                 cancelled = cancelled or error
+        # Retrieved on every path (a cancelled caller too), so asyncio never logs it as lost.
+        if task.cancelled():
+            failure: BaseException | None = asyncio.CancelledError("the close was cancelled")
+        else:
+            failure = task.exception()
         if cancelled is not None:
             raise cancelled
-        if task.cancelled():
-            return asyncio.CancelledError("the close was cancelled")
-        return task.exception()
+        return failure
