@@ -567,3 +567,44 @@ def test_close_races(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         ),
     )
     print(f"close races: {time.monotonic() - began:.1f}s, {STATS}")
+
+
+@pytest.mark.parametrize("product", PRODUCTS)
+async def test_close_owner_after_job_kill_waits_for_whole_tree_exit(
+    product: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's case with real processes, end to end: job_kill, then close_owner mid-close.
+
+    A regression guard for the whole stack. The discriminating tests are per layer (the
+    registry's, the tool's and each provider's ``test_close.py``): here, on the old code, the
+    awaits after the cut-short close happened to observe the SIGKILLed tree gone in time.
+    """
+    trees: dict[str, list[ManagedProcess]] = {}
+    runtime = RecordingRuntime(trees)
+    for module in (codex_provider_module, claude_provider_module):
+        monkeypatch.setattr(module, "default_runtime", lambda: runtime)
+    name = f"{product}-stubborn"
+    provider = make_providers(tmp_path)[name]
+    async with SubagentService() as service, JobRegistry() as registry:
+        service.register(provider)
+        config = SubagentToolConfig(provider=name, max_depth="provider-managed")
+        tool = SubagentTool(config, service, registry)
+        owner = Caller("owner", str(tmp_path))
+        token = _TAG.set("job")
+        try:
+            arguments = {"description": "d", "prompt": "task", "run_in_background": True}
+            started = await tool.call(arguments, owner)
+            assert started.value is not None, started.text
+            job_id = started.value["job_id"]
+        finally:
+            _TAG.reset(token)
+        deadline = time.monotonic() + 20
+        while (
+            not trees or len(await asyncio.to_thread(marked_processes, trees["job"][0].tree_id)) < 2
+        ):
+            assert time.monotonic() < deadline, "the stubborn tree never forked its child"
+            await asyncio.sleep(0.02)
+        registry.kill(job_id, owner, reason=KILL_REASON)
+        await asyncio.sleep(0.05)  # the work is inside the run's close now
+        await registry.close_owner(owner)
+        assert await asyncio.to_thread(tree_problems, trees["job"]) == []
