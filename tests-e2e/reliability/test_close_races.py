@@ -4,7 +4,9 @@ Several tasks race ``run.aclose()``, ``run.cancel()``, ``job_kill``, ``JobRegist
 and ``SubprocessRuntime.aclose()``, over Codex and Claude Code runs started directly and as
 background jobs of ``SubagentTool``. Two stand-in behaviours per product: ``answer`` (a result at
 once) and ``stubborn`` (no result; the tree, a child included, ignores SIGTERM and stdin EOF, so
-only the ladder's SIGKILL after ``dispose_grace_ms`` ends it).
+only the ladder's SIGKILL after ``dispose_grace_ms`` ends it). A run or job may be drawn
+``faulty``: its process teardown really ends the tree, then reports a ``TeardownError``, so the
+failure must reach every ``aclose()`` caller and the job's detail, in its safe form.
 
 After every step:
 
