@@ -28,10 +28,6 @@ class CloseOnce:
     def __init__(self) -> None:
         self._task: asyncio.Task[None] | None = None
 
-    @property
-    def started(self) -> bool:
-        return self._task is not None
-
     async def run(self, close: Callable[[], Coroutine[Any, Any, None]]) -> BaseException | None:
         """Start ``close`` on the first call; wait for it; return its exception (or ``None``)."""
         if self._task is None:

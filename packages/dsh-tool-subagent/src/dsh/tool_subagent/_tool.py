@@ -276,7 +276,8 @@ class SubagentTool:
         run = await self._start(request, "background")
         if isinstance(run, str):
             if _killed():
-                # A kill during the start: its rollback failed (the text is a teardown line).
+                # Killed while starting, and the start then failed instead of raising the
+                # cancellation (a Codex rollback that could not prove exit): keep that fact.
                 return JobOutcome(JobStatus.KILLED, detail=run)
             return JobOutcome(JobStatus.FAILED, detail=run)
         try:
