@@ -140,3 +140,22 @@ async def test_a_teardown_failure_after_a_success_result_keeps_the_result(
     assert result.stop_reason is StopReason.COMPLETED, result
     assert result.text == "FIRST-SUCCESS"
     assert runtime.closes == 1
+
+
+async def test_a_cancelled_start_whose_rollback_fails_raises_the_teardown_line(
+    tmp_path: Path, make_request: Any
+) -> None:
+    env = {"STANDIN_SCENARIO": "slow-start", "STANDIN_LOG": str(tmp_path / "log.jsonl")}
+    config = ClaudeCodeProviderConfig(env=env, dispose_grace_ms=GRACE_MS, stderr="discard")
+    runtime = _CountingFailingRuntime()
+    provider = provider_with_cli(config, [sys.executable, str(SCRIPT)], runtime=runtime)
+    start = asyncio.create_task(provider.start(make_request("task", tmp_path)))
+    deadline = time.monotonic() + 10
+    while not runtime.live:
+        assert time.monotonic() < deadline, "the stand-in was never spawned"
+        await asyncio.sleep(0.02)
+    start.cancel()
+    with pytest.raises(ProductFailure) as caught:
+        await start
+    assert str(caught.value) == TEARDOWN_LINE
+    assert runtime.live == ()

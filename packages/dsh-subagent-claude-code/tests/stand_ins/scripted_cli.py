@@ -61,6 +61,8 @@ def elicit() -> None:
 
 if os.environ["STANDIN_SCENARIO"] == "die-at-start":
     sys.exit(3)
+if os.environ["STANDIN_SCENARIO"] == "slow-start":
+    time.sleep(30)  # never answers initialize (SIGTERM ends it)
 init = receive()
 send(
     {

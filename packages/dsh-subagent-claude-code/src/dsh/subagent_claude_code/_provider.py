@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import tempfile
@@ -130,6 +131,10 @@ class ClaudeCodeProvider:
         try:
             await run.aclose()
         except Exception as teardown:
+            if isinstance(error, asyncio.CancelledError):
+                # Cancelled, and exit was not proven: the teardown fact wins (as with Codex), so
+                # a job killed while starting still shows it. The caller's task stays cancelling.
+                raise teardown from teardown.__cause__
             if failure is None:
                 raise error from teardown
             failure.__cause__ = cause
