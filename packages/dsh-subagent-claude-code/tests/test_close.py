@@ -49,6 +49,13 @@ class _CountingFailingRuntime(SubprocessRuntime):
         return process
 
 
+def failing_teardown_provider(tmp_path: Path, scenario: str) -> tuple[Any, _CountingFailingRuntime]:
+    env = {"STANDIN_SCENARIO": scenario, "STANDIN_LOG": str(tmp_path / "log.jsonl")}
+    config = ClaudeCodeProviderConfig(env=env, dispose_grace_ms=GRACE_MS, stderr="discard")
+    runtime = _CountingFailingRuntime()
+    return provider_with_cli(config, [sys.executable, str(SCRIPT)], runtime=runtime), runtime
+
+
 async def stubborn_run(
     tmp_path: Path,
     make_request: Any,
@@ -128,10 +135,7 @@ async def test_a_teardown_failure_after_a_success_result_keeps_the_result(
 ) -> None:
     # The SDK closes the transport itself once its query ends; a teardown failure there must not
     # turn the success into a failed query. It is reported by aclose(), like any teardown failure.
-    env = {"STANDIN_SCENARIO": "late-results", "STANDIN_LOG": str(tmp_path / "log.jsonl")}
-    config = ClaudeCodeProviderConfig(env=env, dispose_grace_ms=GRACE_MS, stderr="discard")
-    runtime = _CountingFailingRuntime()
-    provider = provider_with_cli(config, [sys.executable, str(SCRIPT)], runtime=runtime)
+    provider, runtime = failing_teardown_provider(tmp_path, "late-results")
     run = await provider.start(make_request("task", tmp_path))
     result = await asyncio.wait_for(run.result(), 20)
     with pytest.raises(ProductFailure) as caught:
@@ -145,10 +149,7 @@ async def test_a_teardown_failure_after_a_success_result_keeps_the_result(
 async def test_a_cancelled_start_whose_rollback_fails_raises_the_teardown_line(
     tmp_path: Path, make_request: Any
 ) -> None:
-    env = {"STANDIN_SCENARIO": "slow-start", "STANDIN_LOG": str(tmp_path / "log.jsonl")}
-    config = ClaudeCodeProviderConfig(env=env, dispose_grace_ms=GRACE_MS, stderr="discard")
-    runtime = _CountingFailingRuntime()
-    provider = provider_with_cli(config, [sys.executable, str(SCRIPT)], runtime=runtime)
+    provider, runtime = failing_teardown_provider(tmp_path, "slow-start")
     start = asyncio.create_task(provider.start(make_request("task", tmp_path)))
     deadline = time.monotonic() + 10
     while not runtime.live:
