@@ -165,16 +165,66 @@ async def test_read_is_empty_while_live_then_final_output_and_reported() -> None
         assert jobs.get(job_id, A).reported is True
 
 
-async def test_raising_work_fails_with_exception_name_and_message() -> None:
+async def test_raising_work_fails_with_the_exception_name_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="dsh.jobs")
+
     async def work() -> JobOutcome:
-        raise RuntimeError("boom")
+        raise RuntimeError("boom /home/u/.secret OPENAI_API_KEY=sk-canary")
 
     async with JobRegistry() as jobs:
         job_id = jobs.start("subagent", "x", A, work)
         snap = await jobs.wait(job_id, 5, A)
         assert snap.status is JobStatus.FAILED
-        assert snap.detail == "RuntimeError: boom"
-        assert snap.status_line == "[status: failed, RuntimeError: boom]"
+        assert snap.detail == "RuntimeError"
+        assert snap.status_line == "[status: failed, RuntimeError]"
+    # The raw text is on the DEBUG log only.
+    assert any("sk-canary" in (r.exc_text or "") for r in caplog.records)
+
+
+async def test_a_killed_work_keeps_its_own_detail_after_the_reason() -> None:
+    async def work() -> JobOutcome:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            return JobOutcome(JobStatus.KILLED, detail="dispose failed: the teardown line")
+        return answer("never")
+
+    async with JobRegistry() as jobs:
+        with_reason = jobs.start("subagent", "x", A, work)
+        without = jobs.start("subagent", "y", A, work)
+        await asyncio.sleep(0)
+        jobs.kill(with_reason, A, reason="not needed")
+        jobs.kill(without, A)
+        snap = await jobs.wait(with_reason, 5, A)
+        assert snap.status_line == (
+            "[status: killed, not needed; dispose failed: the teardown line]"
+        )
+        snap = await jobs.wait(without, 5, A)
+        assert snap.status_line == "[status: killed, dispose failed: the teardown line]"
+
+
+async def test_close_owner_after_a_kill_waits_for_the_close_and_never_cancels_it() -> None:
+    closed: list[float] = []
+
+    async def work() -> JobOutcome:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(0.5)  # the run's close, started by the kill's cancel
+            closed.append(asyncio.get_running_loop().time())
+        return answer("never")
+
+    async with JobRegistry() as jobs:
+        job_id = jobs.start("subagent", "x", A, work)
+        await asyncio.sleep(0)
+        jobs.kill(job_id, A)
+        await asyncio.sleep(0.05)
+        await jobs.close_owner(A)
+        returned = asyncio.get_running_loop().time()
+        assert closed, "close_owner cancelled the close the kill had started"
+        assert returned >= closed[0]
 
 
 async def test_kill_cancels_with_reason_and_first_settlement_wins() -> None:
@@ -429,3 +479,27 @@ def test_jobs_config_rules() -> None:
         JobsConfig(wait_timeout_ms=10, max_wait_timeout_ms=5)
     with pytest.raises(ValueError, match="extra"):
         JobsConfig(unknown=1)  # type: ignore[call-arg]
+
+
+async def test_a_cancelled_close_owner_still_waits_for_its_jobs_to_settle() -> None:
+    closed: list[str] = []
+
+    async def work() -> JobOutcome:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await asyncio.sleep(0.3)  # the run's close
+            closed.append("closed")
+        return answer("never")
+
+    async with JobRegistry() as jobs:
+        job_id = jobs.start("subagent", "x", A, work)
+        await asyncio.sleep(0)
+        closing = asyncio.create_task(jobs.close_owner(A))
+        await asyncio.sleep(0.05)
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        assert closed == ["closed"], "close_owner ended while its job was still closing"
+        with pytest.raises(UnknownJobError):
+            jobs.get(job_id, A)

@@ -128,6 +128,17 @@ def flood():
         os.write(2, chunk)
 
 
+def stubborn():
+    """Ignore SIGTERM and stdin EOF, with one child that ignores SIGTERM too: only SIGKILL ends
+    this tree, so a close that returns before the ladder's SIGKILL is seen with the tree alive."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if os.fork() == 0:
+        time.sleep(60)
+        os._exit(0)
+    time.sleep(60)
+    os._exit(0)
+
+
 def main():
     turn_start = handshake()
     rid = turn_start["id"]
@@ -222,6 +233,8 @@ def main():
         os._exit(7)
     elif SCENARIO == "hang":
         pass
+    elif SCENARIO == "stubborn":
+        stubborn()
     # Stay up until stdin closes (EOF), answering nothing further.
     while True:
         msg = read()

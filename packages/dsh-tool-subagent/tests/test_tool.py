@@ -32,6 +32,8 @@ class CountingProvider(FakeProvider):
         super().__init__(*args, **kwargs)
         self.acloses: dict[str, int] = {}
         self.dispose_error: Exception | None = None
+        self.close_delay = 0.0
+        self.closes_finished = 0
         self.started = asyncio.Event()
 
     async def start(self, request: ResolvedStartRequest) -> Any:
@@ -41,7 +43,9 @@ class CountingProvider(FakeProvider):
 
         async def aclose() -> None:
             self.acloses[run.id] += 1
+            await asyncio.sleep(self.close_delay)  # a teardown that takes a while
             await original()
+            self.closes_finished += 1
             if self.dispose_error is not None:
                 raise self.dispose_error
 
@@ -239,3 +243,96 @@ async def test_background_failure_kill_and_owner_close() -> None:
         await jobs.close_owner(CALLER)
         assert all(count == 1 for count in slow.acloses.values())
         assert slow.open_runs == ()
+
+
+START_LINE = "subagent-codex: " + failure_line(FACTS)
+TEARDOWN_LINE = "subagent-codex: " + failure_line(FailureFacts("Codex", "teardown", "unknown"))
+
+
+def _double_failure() -> ExceptionGroup[Exception]:
+    """What a provider raises when its start failed and the rollback failed too."""
+    from dsh.subagent import ProductFailure
+
+    members = [ProductFailure(START_LINE), ProductFailure(TEARDOWN_LINE)]
+    return ExceptionGroup(f"{START_LINE}; {TEARDOWN_LINE}", members)
+
+
+async def test_a_start_that_raises_a_group_or_anything_else_gives_a_safe_result() -> None:
+    tool, _ = mount(FakeProvider(start_error=_double_failure()))
+    out = await tool.call({"description": "d", "prompt": "p"}, CALLER)
+    assert out == ToolResult(f"{START_LINE}; {TEARDOWN_LINE}", True)
+
+    tool, _ = mount(FakeProvider(start_error=RuntimeError("raw /home/u/.env SECRET-CANARY")))
+    out = await tool.call({"description": "d", "prompt": "p"}, CALLER)
+    assert out == ToolResult("RuntimeError", True)
+
+
+async def test_background_start_failures_show_only_safe_text() -> None:
+    for error, detail in (
+        (_double_failure(), f"{START_LINE}; {TEARDOWN_LINE}"),
+        (RuntimeError("raw /home/u/.env SECRET-CANARY"), "RuntimeError"),
+    ):
+        tool, jobs = mount(FakeProvider(start_error=error))
+        async with jobs:
+            await tool.call({"description": "d", "prompt": "p", "run_in_background": True}, CALLER)
+            snap = await jobs.wait("subagent-1", 5, CALLER)
+            assert snap.status is JobStatus.FAILED
+            assert snap.detail == detail
+
+
+async def test_a_teardown_failure_after_job_kill_stays_in_the_killed_detail() -> None:
+    from dsh.subagent import ProductFailure
+
+    provider = CountingProvider(delay=None)
+    provider.dispose_error = ProductFailure(TEARDOWN_LINE)
+    tool, jobs = mount(provider)
+    async with jobs:
+        await tool.call({"description": "d", "prompt": "p", "run_in_background": True}, CALLER)
+        await asyncio.wait_for(provider.started.wait(), 5)
+        await asyncio.sleep(0)
+        jobs.kill("subagent-1", CALLER, reason="not needed")
+        snap = await jobs.wait("subagent-1", 5, CALLER)
+        assert snap.status_line == (
+            f"[status: killed, not needed; dispose failed: {TEARDOWN_LINE}]"
+        )
+
+
+async def test_an_owner_close_during_the_dispose_waits_for_it() -> None:
+    provider = CountingProvider(delay=0.01)
+    provider.close_delay = 0.5
+    tool, jobs = mount(provider)
+    async with jobs:
+        await tool.call({"description": "d", "prompt": "p", "run_in_background": True}, CALLER)
+        await asyncio.wait_for(provider.started.wait(), 5)
+        await asyncio.sleep(0.1)  # the run has completed; the work is inside aclose()
+        assert list(provider.acloses.values()) == [1]
+        await jobs.close_owner(CALLER)
+        assert provider.closes_finished == 1, "the owner close cut the run's close short"
+
+
+async def test_a_cancelled_call_whose_start_fails_still_raises_the_cancellation() -> None:
+    from dsh.subagent import ProductFailure
+
+    class RollbackFailing(FakeProvider):
+        """Like Codex: a cancelled start whose rollback fails raises the teardown line."""
+
+        async def start(self, request: ResolvedStartRequest) -> Any:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                raise ProductFailure(TEARDOWN_LINE) from None
+            raise AssertionError("unreachable")
+
+    tool, jobs = mount(RollbackFailing())
+    call = asyncio.create_task(tool.call({"description": "d", "prompt": "p"}, CALLER))
+    await asyncio.sleep(0.01)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+
+    async with jobs:
+        await tool.call({"description": "d", "prompt": "p", "run_in_background": True}, CALLER)
+        await asyncio.sleep(0.01)
+        jobs.kill("subagent-1", CALLER, reason="stop")
+        snap = await jobs.wait("subagent-1", 5, CALLER)
+        assert snap.status_line == f"[status: killed, stop; {TEARDOWN_LINE}]"

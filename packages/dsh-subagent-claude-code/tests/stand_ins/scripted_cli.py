@@ -6,6 +6,7 @@ STANDIN_SCENARIO env var; what the SDK side answered is appended to STANDIN_LOG.
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -60,6 +61,8 @@ def elicit() -> None:
 
 if os.environ["STANDIN_SCENARIO"] == "die-at-start":
     sys.exit(3)
+if os.environ["STANDIN_SCENARIO"] == "slow-start":
+    time.sleep(30)  # never answers initialize (SIGTERM ends it)
 init = receive()
 send(
     {
@@ -89,6 +92,13 @@ elif scenario == "elicitation-dialog":
     log(receive())
     result("error_during_execution", True, None)
     sys.exit(1)
+elif scenario == "stubborn":
+    # Only SIGKILL ends this tree (the CLI and its child ignore SIGTERM and stdin EOF).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if os.fork() == 0:
+        time.sleep(60)
+        os._exit(0)
+    time.sleep(60)
 elif scenario == "blank":
     result(text="   ")
 elif scenario == "no-result":

@@ -75,9 +75,13 @@ def _session_of(owner: JobOwner | None) -> str | None:
 
 
 def _safe_exception_detail(exc: BaseException) -> str:
-    message = str(exc)
-    name = type(exc).__name__
-    return f"{name}: {message}" if message else name
+    # Only the type name: the registry cannot know whether an exception's text is safe for a
+    # model (it may carry paths, env values or product text). The text goes to the DEBUG log.
+    return type(exc).__name__
+
+
+def _joined(*parts: str | None) -> str | None:
+    return "; ".join(p for p in parts if p) or None
 
 
 class JobRegistry:
@@ -147,14 +151,20 @@ class JobRegistry:
         elif (exc := task.exception()) is not None:
             logger.debug("job %s work raised", job.id, exc_info=exc)
             if job.kill_requested:
-                parts = [job.kill_reason, _safe_exception_detail(exc)]
-                status, detail = JobStatus.KILLED, "; ".join(p for p in parts if p)
+                status, detail = (
+                    JobStatus.KILLED,
+                    _joined(job.kill_reason, _safe_exception_detail(exc)),
+                )
             else:
                 status, detail = JobStatus.FAILED, _safe_exception_detail(exc)
         else:
             outcome = task.result()
             if job.kill_requested and outcome.status is not JobStatus.KILLED:
                 status, detail = JobStatus.KILLED, job.kill_reason
+            elif job.kill_requested:
+                # The work's own facts about the kill (a failed teardown, say) follow the reason.
+                status, detail = JobStatus.KILLED, _joined(job.kill_reason, outcome.detail)
+                output = outcome.output or ""
             else:
                 status, detail, output = outcome.status, outcome.detail, outcome.output or ""
         self._settle(job, status, detail, output)
@@ -281,7 +291,12 @@ class JobRegistry:
     # -- closing ----------------------------------------------------------------------------
 
     async def close_owner(self, owner: JobOwner | None) -> None:
-        """Cancel the owner's live jobs (no notice), await their exit, and drop their records."""
+        """Cancel the owner's live jobs (no notice), await their exit, and drop their records.
+
+        A job already killed is not cancelled again (a second cancel would cut short the close
+        its work runs after the first); this waits for it like for the others. Cancelling the
+        caller does not cut the wait short: it re-raises once every covered job has settled.
+        """
         session = _session_of(owner)
         await self._close(job for job in self._jobs.values() if job.owner_session == session)
 
@@ -292,21 +307,28 @@ class JobRegistry:
 
     async def _close(self, selected: Iterable[_Job]) -> None:
         jobs = list(selected)
-        tasks: list[asyncio.Task[JobOutcome]] = []
         for job in jobs:
             if not job.done.is_set():
                 job.reported = True
                 if not job.kill_requested:
                     job.kill_requested = True
                     job.status = JobStatus.STOPPING
-                if job.task is not None:
-                    job.task.cancel("job owner closed")
-                    tasks.append(job.task)
-        if tasks:
-            await asyncio.wait(tasks)
+                    if job.task is not None:
+                        job.task.cancel("job owner closed")
+        # Settlement follows the task's end (its work's teardown included). A caller cancelled
+        # meanwhile keeps waiting for it (each work's close is bounded), then re-raises: a close
+        # never ends while a job it covers is still tearing down.
+        cancelled: asyncio.CancelledError | None = None
         for job in jobs:
-            await job.done.wait()
+            while not job.done.is_set():
+                try:
+                    await job.done.wait()
+                except asyncio.CancelledError as error:
+                    cancelled = cancelled or error
+        for job in jobs:
             self._jobs.pop(job.id, None)
+        if cancelled is not None:
+            raise cancelled
 
     async def __aenter__(self) -> JobRegistry:
         return self

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
@@ -136,6 +137,10 @@ class ClaudeCodeProvider:
         try:
             await run.aclose()
         except Exception as teardown:
+            if isinstance(error, asyncio.CancelledError):
+                # Cancelled, and exit was not proven: the teardown fact wins (as with Codex), so
+                # a job killed while starting still shows it. The caller's task stays cancelling.
+                raise teardown from teardown.__cause__
             if failure is None:
                 raise error from teardown
             failure.__cause__ = cause

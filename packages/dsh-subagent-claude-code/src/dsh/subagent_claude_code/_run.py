@@ -25,6 +25,7 @@ from claude_agent_sdk import (
 from claude_agent_sdk._errors import CLIConnectionError, ProcessError
 
 from dsh.subagent import (
+    CloseOnce,
     FailureFacts,
     ProductFailure,
     ResultLatch,
@@ -93,8 +94,7 @@ class ClaudeCodeRun:
         self._task: asyncio.Task[None] | None = None
         self._exit_watch: asyncio.Task[None] | None = None
         self._dispose: asyncio.TimerHandle | None = None
-        self._close_lock = asyncio.Lock()
-        self._closed = False
+        self._closing = CloseOnce()
         self._error: BaseException | None = None
 
     # ---- SubagentRun ----------------------------------------------------------------------
@@ -108,22 +108,10 @@ class ClaudeCodeRun:
         self._transport.terminate()
 
     async def aclose(self) -> None:
-        """Cancel if open, then return once the whole tree has exited. Idempotent."""
-        async with self._close_lock:
-            if self._closed:
-                return
-            self.cancel()
-            teardown: BaseException | None = None
-            try:
-                await self._transport.close()
-            except Exception as error:
-                teardown = error
-            finally:
-                await self._stop_consumer()
-                await self._remove_tmp()
-            self._closed = True
+        """Cancel if open; return once the whole tree has exited (every caller, see CloseOnce)."""
+        self.cancel()
+        teardown = await self._closing.run(self._teardown)
         if teardown is not None:
-            _log.debug("Claude Code teardown failed", exc_info=teardown)
             facts = FailureFacts(product=PRODUCT, stage="teardown", category="unknown")
             raise ProductFailure.from_facts(PREFIX, facts) from teardown
 
@@ -298,6 +286,17 @@ class ClaudeCodeRun:
         return {"exit_code": outcome.exit_code, "signal": outcome.signal}
 
     # ---- teardown -------------------------------------------------------------------------
+
+    async def _teardown(self) -> None:
+        try:
+            await self._transport.close()
+        finally:
+            await self._stop_consumer()
+            await self._remove_tmp()
+        failure = self._transport.close_failure
+        if failure is not None:
+            _log.debug("Claude Code teardown failed", exc_info=failure)
+            raise failure
 
     async def _stop_consumer(self) -> None:
         tasks = [t for t in (self._task, self._exit_watch) if t is not None]

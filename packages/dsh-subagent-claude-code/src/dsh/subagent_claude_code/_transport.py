@@ -13,6 +13,7 @@ from typing import Any, Literal
 from claude_agent_sdk import Transport
 from claude_agent_sdk._errors import CLIConnectionError, CLIJSONDecodeError, ProcessError
 
+from dsh.subagent import CloseOnce
 from dsh.subprocess import ManagedProcess, ProcessOutcome, SpawnSpec, SubprocessRuntime
 
 __all__ = ["DshTransport"]
@@ -61,6 +62,8 @@ class DshTransport(Transport):
         self._stderr_task: asyncio.Task[None] | None = None
         self._eof_task: asyncio.Task[None] | None = None
         self._closed = False
+        self._closing = CloseOnce()
+        self.close_failure: BaseException | None = None
 
     # ---- ladder (sync, usable from cancel()) ----------------------------------------------
 
@@ -122,15 +125,25 @@ class DshTransport(Transport):
         return self._read()
 
     async def close(self) -> None:
-        """Idempotent: ladder, then whole-tree exit (ManagedProcess.aclose kills synchronously in
-        its ``finally`` if this is interrupted)."""
+        """Idempotent: ladder, then whole-tree exit. Never raises a teardown failure.
+
+        Both the SDK (when its query ends) and the run's ``aclose()`` call this. The process is
+        closed once (``CloseOnce``), so an interrupted SDK close cannot cut it short. A failure is
+        kept in :attr:`close_failure` for the run to report: raised into the SDK, it would turn a
+        teardown failure after a success result into a failed query.
+        """
         self._ready = False
         self.terminate()
-        process = self.process
-        if process is None:
+        if self.process is None:
             return
+        failure = await self._closing.run(self._close_process)
+        if failure is not None:
+            self.close_failure = failure
+
+    async def _close_process(self) -> None:
+        assert self.process is not None
         try:
-            await process.aclose()
+            await self.process.aclose()
         finally:
             await self._stop_tasks()
             self._closed = True

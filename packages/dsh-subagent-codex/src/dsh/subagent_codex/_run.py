@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from dsh.subagent import (
+    CloseOnce,
     FailureFacts,
     ProductFailure,
     ResultLatch,
@@ -90,7 +91,7 @@ class CodexRun:
         self._reader: asyncio.Task[None] | None = None
         self._interrupt: asyncio.Task[None] | None = None
         self._turn_start_timer: asyncio.TimerHandle | None = None
-        self._closed = False
+        self._closing = CloseOnce()
 
     # -- public surface --------------------------------------------------------------------
     @property
@@ -112,21 +113,13 @@ class CodexRun:
             self._interrupt = loop.create_task(self._expire_interrupt())
 
     async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        """Cancel if open; return once the whole tree has exited (every caller, see CloseOnce)."""
         self.cancel()
-        teardown: BaseException | None = None
-        try:
-            await self._teardown()
-        except TeardownError as exc:
-            teardown = exc
+        teardown = await self._closing.run(self._teardown)
         if teardown is not None:
-            failure = ProductFailure.from_facts(
+            raise ProductFailure.from_facts(
                 PREFIX, FailureFacts(PRODUCT, "teardown", "unknown")
-            )
-            _log.warning("%s", failure)
-            raise failure from teardown
+            ) from teardown
 
     async def __aenter__(self) -> Self:
         return self
@@ -190,10 +183,16 @@ class CodexRun:
             self._fail("turn-start", cause=TimeoutError("no turn/start reply"))
 
     async def rollback(self) -> None:
-        """Bring the partial process tree to exit (startup failure or cancellation)."""
-        self._closed = True
+        """Bring the partial process tree to exit (startup failure or cancellation).
+
+        Raises the teardown's own exception (a ``TeardownError``) when exit was not proven.
+        """
         self._latch.abort()
-        await self._teardown()
+        teardown = await self._closing.run(self._teardown)
+        if isinstance(teardown, TeardownError):
+            raise teardown
+        if teardown is not None:
+            raise TeardownError("process teardown failed") from teardown
 
     async def _call(self, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
         stage = self._stage
@@ -443,6 +442,12 @@ class CodexRun:
         self._wire.close()
         try:
             await self._proc.aclose()
+        except Exception:
+            _log.warning(
+                "%s: %s", PREFIX, failure_line(FailureFacts(PRODUCT, "teardown", "unknown"))
+            )
+            _log.debug("codex run %s teardown failed", self._id, exc_info=True)
+            raise
         finally:
             for task in (self._interrupt, self._reader):
                 if task is not None and not task.done():

@@ -8,6 +8,7 @@ providers, and entry-point discovery. The conformance kit lives in :mod:`dsh.sub
 from importlib import metadata as _metadata
 
 from dsh.subagent._checks import check_one_shot_request
+from dsh.subagent._closing import CloseOnce
 from dsh.subagent._diagnostics import (
     MAX_DIAGNOSTIC_BYTES,
     FailureFacts,
@@ -57,6 +58,7 @@ __all__ = [
     "NO_START_CAPABILITIES",
     "PROVIDER_ENTRY_POINT_GROUP",
     "Capabilities",
+    "CloseOnce",
     "ContentBlock",
     "Descriptor",
     "DoctorCheck",

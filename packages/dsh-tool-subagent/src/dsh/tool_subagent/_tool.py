@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 from collections.abc import Mapping
@@ -13,7 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from dsh.jobs import JobOutcome, JobRegistry, JobStatus
 from dsh.jobs.tools import ToolResult, to_anthropic_tool, to_openai_tool, validate_arguments
 from dsh.subagent import (
+    CloseOnce,
     Parent,
+    PublishedRun,
     StopReason,
     SubagentError,
     SubagentResult,
@@ -83,9 +86,21 @@ class SubagentToolConfig(BaseModel):
 
 
 def _safe(exc: BaseException) -> str:
+    """Model-visible text of an exception: a ``SubagentError``'s safe message, else its type name.
+
+    A group (a start whose rollback failed too) shows each member's safe text, joined by ``; ``.
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_safe(member) for member in exc.exceptions)
     if isinstance(exc, SubagentError):
         return str(exc)
     return type(exc).__name__
+
+
+def _killed() -> bool:
+    """Whether the running task has a cancellation pending (a job_kill or an owner close)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def failure_text(result: SubagentResult) -> str:
@@ -215,21 +230,41 @@ class SubagentTool:
             return self._background(request, arguments["description"], caller)
         return await self._foreground(request)
 
-    async def _foreground(self, request: SubagentStartRequest) -> ToolResult:
+    async def _start(self, request: SubagentStartRequest, where: str) -> PublishedRun | str:
+        """The published run, or the safe text of the start failure (cancellation propagates)."""
         try:
-            run = await self.service.start(self.config.provider, request)
-        except SubagentError as exc:
-            logger.debug("subagent start failed", exc_info=exc)
-            return ToolResult(text=_safe(exc), is_error=True)
-        dispose: str | None = None
+            return await self.service.start(self.config.provider, request)
+        except Exception as exc:  # an ExceptionGroup too: start and rollback both failed
+            logger.debug("%s subagent start failed", where, exc_info=exc)
+            return _safe(exc)
+
+    @staticmethod
+    async def _dispose(run: PublishedRun, where: str) -> str | None:
+        """``aclose()`` the run; the safe text of its failure, or ``None``.
+
+        The close runs to its end even when this task is cancelled meanwhile (a ``job_kill``
+        followed by a ``close_owner``): only then does the ``CancelledError`` propagate.
+        """
+        failure = await CloseOnce().run(run.aclose)
+        if failure is None:
+            return None
+        logger.debug("%s subagent dispose failed", where, exc_info=failure)
+        return _safe(failure)
+
+    async def _foreground(self, request: SubagentStartRequest) -> ToolResult:
+        run = await self._start(request, "foreground")
+        if isinstance(run, str):
+            if _killed():
+                # The call was cancelled and the start's rollback failed (Codex then raises the
+                # teardown line): the caller asked to stop, so it gets the cancellation.
+                raise asyncio.CancelledError
+            return ToolResult(text=run, is_error=True)
         try:
             result = await run.result()
-        finally:
-            try:
-                await run.aclose()
-            except Exception as exc:
-                logger.debug("subagent dispose failed", exc_info=exc)
-                dispose = _safe(exc)
+        except BaseException:
+            await self._dispose(run, "foreground")
+            raise
+        dispose = await self._dispose(run, "foreground")
         value = {"stop_reason": str(result.stop_reason), "diagnostic": result.diagnostic}
         if result.stop_reason == StopReason.COMPLETED:
             if dispose is None:
@@ -243,38 +278,10 @@ class SubagentTool:
         return ToolResult(text=text, is_error=True, value=value)
 
     def _background(self, request: SubagentStartRequest, label: str, caller: Caller) -> ToolResult:
-        async def work() -> JobOutcome:
-            try:
-                run = await self.service.start(self.config.provider, request)
-            except SubagentError as exc:
-                logger.debug("background subagent start failed", exc_info=exc)
-                return JobOutcome(JobStatus.FAILED, detail=_safe(exc))
-            dispose: str | None = None
-            try:
-                result = await run.result()
-            finally:
-                try:
-                    await run.aclose()
-                except Exception as exc:
-                    logger.debug("background subagent dispose failed", exc_info=exc)
-                    dispose = _safe(exc)
-            suffix = f"; dispose failed: {dispose}" if dispose else ""
-            reason = result.stop_reason
-            if reason == StopReason.COMPLETED:
-                if dispose:
-                    return JobOutcome(
-                        JobStatus.FAILED, detail=f"completed{suffix}", output=result.text
-                    )
-                return JobOutcome(JobStatus.COMPLETED, output=result.text)
-            if reason == StopReason.ABORTED:
-                return JobOutcome(JobStatus.KILLED, detail=(suffix[2:] or None), output=result.text)
-            detail = str(reason)
-            if result.diagnostic:
-                detail += f"; diagnostic: {result.diagnostic}"
-            return JobOutcome(JobStatus.FAILED, detail=detail + suffix, output=result.text)
-
         try:
-            job_id = self.jobs.start("subagent", label, caller, work)
+            job_id = self.jobs.start(
+                "subagent", label, caller, lambda: self._background_work(request)
+            )
         except Exception as exc:
             from dsh.jobs.errors import JobError
 
@@ -284,6 +291,37 @@ class SubagentTool:
         return ToolResult(
             text=f"started background subagent job {job_id}", value={"job_id": job_id}
         )
+
+    async def _background_work(self, request: SubagentStartRequest) -> JobOutcome:
+        run = await self._start(request, "background")
+        if isinstance(run, str):
+            if _killed():
+                # Killed while starting, and the start then failed instead of raising the
+                # cancellation (a Codex rollback that could not prove exit): keep that fact.
+                return JobOutcome(JobStatus.KILLED, detail=run)
+            return JobOutcome(JobStatus.FAILED, detail=run)
+        try:
+            result = await run.result()
+        except asyncio.CancelledError:
+            # job_kill (or an owner close): the run is closed before the job settles, and a
+            # failed teardown stays in the killed job's detail instead of being dropped.
+            dispose = await self._dispose(run, "background")
+            if dispose is None:
+                raise
+            return JobOutcome(JobStatus.KILLED, detail=f"dispose failed: {dispose}")
+        dispose = await self._dispose(run, "background")
+        suffix = f"; dispose failed: {dispose}" if dispose else ""
+        reason = result.stop_reason
+        if reason == StopReason.COMPLETED:
+            if dispose:
+                return JobOutcome(JobStatus.FAILED, detail=f"completed{suffix}", output=result.text)
+            return JobOutcome(JobStatus.COMPLETED, output=result.text)
+        if reason == StopReason.ABORTED:
+            return JobOutcome(JobStatus.KILLED, detail=(suffix[2:] or None), output=result.text)
+        detail = str(reason)
+        if result.diagnostic:
+            detail += f"; diagnostic: {result.diagnostic}"
+        return JobOutcome(JobStatus.FAILED, detail=detail + suffix, output=result.text)
 
     def __repr__(self) -> str:
         return f"<SubagentTool {self.name} provider={self.config.provider!r}>"
