@@ -59,6 +59,7 @@ from dsh.subprocess import (
     default_runtime,
     marked_processes,
 )
+from dsh.subprocess import _process as process_module
 from dsh.subprocess.testing import spawner_processes
 
 HERE = Path(__file__).resolve().parent
@@ -631,6 +632,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--settle", type=float, default=0.2, help="pause (s) before each measurement"
     )
+    parser.add_argument(
+        "--plain-spawn",
+        action="store_true",
+        help="spawn dsh's products without supervisors (the fallback path), to measure their cost",
+    )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write JSON")
     parser.add_argument("--no-table", action="store_true", help="write JSON only")
     args = parser.parse_args(argv)
@@ -653,6 +659,8 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         await asyncio.to_thread(importlib.import_module, "claude_agent_sdk")
     load_before = [round(x, 2) for x in os.getloadavg()]
     spawn_cost = await spawn_cost_ms()
+    if args.plain_spawn:
+        process_module._SUPERVISED = False
     servers = await ModelServers.start()
     benches: dict[Product, Bench] = {}
     results: dict[Product, Results] = {}
@@ -708,6 +716,7 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
                 )
             },
             "spawn_cost_ms": spawn_cost,
+            "supervised": not args.plain_spawn,
             "leftover_marked_processes": leftovers,
             "leftover_children": children,
         },
