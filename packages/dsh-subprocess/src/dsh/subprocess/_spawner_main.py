@@ -51,6 +51,8 @@ _MAX_FDS = 4
 _MAX_REQUEST = 64 * 1024 * 1024
 _IDLE_S = 1.0
 _KILL_STEP_S = 0.005
+_KILL_FAST_FOR_S = 2.0
+_KILL_SLOW_STEP_S = 0.2
 _DRAIN_LIMIT_S = 30.0
 _IMAGE_WAIT_S = 0.05
 
@@ -240,7 +242,7 @@ def _supervise(ctl: socket.socket) -> None:
     _send(ctl, b"S %d %d\n" % (pid, me))
     _set_priority(pid, request.get("nice"))
     termed: set[tuple[int, int]] = set()
-    killing = False
+    killing_since: float | None = None
     exited = False
     while True:
         status, left = _reap(pid)
@@ -250,9 +252,14 @@ def _supervise(ctl: socket.socket) -> None:
         if exited and not left:
             _send(ctl, b"E\n")
             os._exit(0)
-        if killing:
+        if killing_since is not None:
             _signal_all(_descendants(me), signal.SIGKILL, None)
-        timeout = _KILL_STEP_S if killing else _IDLE_S
+        timeout = _IDLE_S
+        if killing_since is not None:
+            # Fast rounds first; a member the kernel will not kill (D state) must not cost a
+            # core for as long as it stays.
+            slow = time.monotonic() - killing_since > _KILL_FAST_FOR_S
+            timeout = _KILL_SLOW_STEP_S if slow else _KILL_STEP_S
         readable, _, _ = select.select([ctl.fileno(), wake_r], [], [], timeout)
         if wake_r in readable:
             os.read(wake_r, 512)
@@ -262,11 +269,11 @@ def _supervise(ctl: socket.socket) -> None:
             except OSError:
                 commands = b""
             if not commands:
-                killing = True  # the host is gone: nothing it started may outlive it
+                killing_since = killing_since or time.monotonic()  # the host is gone
             if b"T" in commands:
                 _signal_all(_descendants(me), signal.SIGTERM, termed)
             if b"K" in commands:
-                killing = True
+                killing_since = killing_since or time.monotonic()
 
 
 def _recv_request(sock: socket.socket) -> tuple[dict[str, object], list[int]] | None:
