@@ -194,3 +194,24 @@ async def test_a_cancelled_runtime_close_returns_only_after_every_tree_is_gone()
         await closing
     assert all(proc.tree_gone for proc in procs)
     assert runtime.live == ()
+
+
+def test_a_full_member_record_keeps_the_lines_of_live_processes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from dsh.subprocess import _record
+    from dsh.subprocess._procfs import read_info
+
+    monkeypatch.setattr(_record, "_private_dir", lambda: tmp_path)
+    monkeypatch.setattr(_record, "_MAX_BYTES", 64)
+    record = _record.MemberRecord()
+    me = psutil.Process()
+    own_start = read_info(me.pid)
+    assert own_start is not None
+    record.add("1:2", [(999_999_999, 1.0)] * 8)  # gone processes, past the limit
+    record.add("1:2", [(me.pid, own_start.start)])
+    record.add("1:2", [(999_999_998, 1.0)])  # the next write compacts
+    [(_, owner, members)] = list(_record.owner_records())
+    assert owner == (1, 2.0)
+    assert (me.pid, own_start.start) in members
+    assert (999_999_999, 1.0) not in members

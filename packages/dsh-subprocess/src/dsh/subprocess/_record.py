@@ -24,12 +24,14 @@ import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from dsh.subprocess._procfs import read_info
+
 __all__ = ["MemberRecord", "owner_records", "record"]
 
 _log = logging.getLogger("dsh.subprocess")
 _SUFFIX = ".members"
 _MAX_BYTES = 1 << 20
-"""A record that grows past this is started afresh (its older lines are of trees long gone)."""
+"""A record that grows past this is compacted to the lines whose process still runs."""
 
 
 def _private_dir() -> Path | None:
@@ -72,6 +74,7 @@ class MemberRecord:
                 fd = os.open(path, flags, 0o600)
                 try:
                     if os.fstat(fd).st_size > _MAX_BYTES:
+                        lines = _still_alive(path.read_text(encoding="ascii")) + lines
                         os.ftruncate(fd, 0)
                     os.write(fd, lines.encode("ascii"))
                     self._written = True
@@ -94,6 +97,18 @@ class MemberRecord:
                 self._written = False
                 with contextlib.suppress(OSError):
                     self._path.unlink()
+
+
+def _still_alive(text: str) -> str:
+    """The lines of ``text`` whose process still runs with the same start time."""
+    kept = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            info = read_info(int(parts[0]))
+            if info is not None and not info.zombie and int(info.start) == int(parts[1]):
+                kept.append(line + "\n")
+    return "".join(kept)
 
 
 def _file_name(owner: str) -> str:
