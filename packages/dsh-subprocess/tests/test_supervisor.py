@@ -208,8 +208,8 @@ def test_a_full_member_record_keeps_the_lines_of_live_processes(
     me = psutil.Process()
     own_start = read_info(me.pid)
     assert own_start is not None
-    record.add("1:2", [(999_999_999, 1.0)] * 8)  # gone processes, past the limit
     record.add("1:2", [(me.pid, own_start.start)])
+    record.add("1:2", [(999_999_999, 1.0)] * 8)  # gone processes, past the limit
     record.add("1:2", [(999_999_998, 1.0)])  # the next write compacts
     [(_, owner, members)] = list(_record.owner_records())
     assert owner == (1, 2.0)
