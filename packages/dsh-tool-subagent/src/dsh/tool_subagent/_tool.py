@@ -249,7 +249,7 @@ class SubagentTool(ToolBase[Caller]):
             return run
         try:
             result = await run.result()
-        except BaseException as exc:  # a cancellation: PublishedRun.result() raises nothing else
+        except BaseException as exc:  # a cancellation (the service turns any Exception into ERROR)
             return _Interrupted(exc, await self._dispose(run, where))
         return _Finished(result, await self._dispose(run, where))
 
