@@ -358,4 +358,3 @@ async def test_a_cancelled_call_whose_start_fails_still_raises_the_cancellation(
         jobs.kill("subagent-1", CALLER, reason="stop")
         snap = await jobs.wait("subagent-1", 5, CALLER)
         assert snap.status_line == f"[status: killed, stop; {TEARDOWN_LINE}]"
-
