@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,7 @@ from dsh.jobs.tools import (
     JobKillTool,
     JobListTool,
     JobOutputTool,
+    ToolBase,
     ToolResult,
     job_tools,
     to_anthropic_tool,
@@ -154,3 +156,44 @@ def test_schemas_descriptions_and_exports() -> None:
     assert "[status: ...]" in output.description
     assert "returns at once" in kill.description.lower()
     assert "killed" in kill.description
+
+
+class EchoTool(ToolBase[Caller]):
+    """A tool written on the shared base: it gets the schema check and the exporters for free."""
+
+    name = "echo"
+    description = "Echo a word."
+
+    def __init__(self) -> None:
+        super().__init__(
+            {
+                "type": "object",
+                "properties": {"word": {"type": "string", "minLength": 1}},
+                "required": ["word"],
+                "additionalProperties": False,
+            }
+        )
+
+    async def _call(self, arguments: Mapping[str, Any], caller: Caller) -> ToolResult:
+        return ToolResult(text=f"{caller.session_id}: {arguments['word']}")
+
+
+async def test_every_job_tool_and_a_new_tool_share_one_base() -> None:
+    assert all(isinstance(tool, ToolBase) for tool in job_tools(JobRegistry()))
+    echo = EchoTool()
+    assert await echo.call({"word": "hi"}, A) == ToolResult(text="a: hi")
+    assert await echo.call({"word": " "}, A) == ToolResult(
+        text='invalid arguments: field "word" must be a non-empty string', is_error=True
+    )
+    assert await echo.call({}, A) == ToolResult(
+        text='invalid arguments: missing required field "word"', is_error=True
+    )
+    assert echo.to_openai_tool() == to_openai_tool(echo)
+    assert echo.to_anthropic_tool() == {
+        "name": "echo",
+        "description": "Echo a word.",
+        "input_schema": echo.input_schema,
+    }
+    echo.input_schema["required"].append("mutated")
+    assert echo.input_schema["required"] == ["word"]
+    assert repr(echo) == "<EchoTool echo>"

@@ -153,6 +153,47 @@ def test_profile_errors_name_table_index_and_field(profile: dict[str, Any], mess
     assert message in str(info.value)
 
 
+@pytest.mark.usefixtures("fake_kind")
+@pytest.mark.parametrize(
+    ("profile", "field"),
+    [
+        (
+            {"provider": [{"kind": "fake"}, {"kind": "fake", "config": {"permission_mode": "x"}}]},
+            "provider[1].config.permission_mode",
+        ),
+        ({"jobs": {"wait_timeout_ms": 0}}, "jobs.wait_timeout_ms"),
+        ({"provider": [{"kind": "nope"}]}, "provider[0].kind"),
+        ({"provider": [{"kind": "fake"}, {"kind": "fake"}]}, "provider[1].config.provider_name"),
+        (
+            {"provider": [{"kind": "fake"}], "tool": [{"provider": "fake", "max_depth": 3}]},
+            "tool[0].max_depth",
+        ),
+        # The provider's name mentions max_depth: the field comes from the error, not its text.
+        ({"provider": [{"kind": "fake"}], "tool": [{"provider": "max_depth"}]}, "tool[0].provider"),
+        (
+            {
+                "provider": [{"kind": "fake"}],
+                "tool": [{"provider": "fake", "tool_name": "job_kill"}],
+            },
+            "tool[0].tool_name",
+        ),
+    ],
+)
+def test_profile_errors_carry_their_field(profile: dict[str, Any], field: str) -> None:
+    with pytest.raises(ProfileError) as info:
+        Harness.from_profile(profile)
+    assert info.value.field == field
+    assert str(info.value).startswith(f"{field}: ")
+
+
+def test_a_profile_that_is_not_toml_has_no_field(tmp_path: Path) -> None:
+    path = tmp_path / "profile.toml"
+    path.write_text("[[provider]\n", encoding="utf-8")
+    with pytest.raises(ProfileError) as info:
+        Harness.from_profile(path)
+    assert info.value.field is None
+
+
 def test_uninstalled_kind_names_the_extra() -> None:
     if "codex" in installed_provider_kinds():
         kind = "not-installed-kind"

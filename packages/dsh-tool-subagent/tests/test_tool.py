@@ -103,6 +103,28 @@ def test_numeric_max_depth_without_depth_limit_fails_at_mount() -> None:
     assert tool.config.max_depth == 2
 
 
+def test_mount_errors_carry_their_field() -> None:
+    with pytest.raises(MountError) as info:
+        mount(FakeProvider(name="p"), max_depth=3)
+    assert info.value.field == "max_depth"
+    service = SubagentService()
+    config = SubagentToolConfig(provider="max_depth", max_depth="provider-managed")
+    with pytest.raises(MountError) as info:
+        SubagentTool(config, service, JobRegistry())
+    assert info.value.field == "provider"
+    assert str(info.value) == 'tool "subagent": no subagent provider registered for "max_depth"'
+
+
+def test_the_delegation_tool_is_built_on_the_shared_base() -> None:
+    from dsh.jobs.tools import ToolBase as JobsToolBase
+    from dsh.tool_subagent import ToolBase
+
+    assert ToolBase is JobsToolBase
+    tool, _ = mount(FakeProvider())
+    assert isinstance(tool, ToolBase)
+    assert repr(tool) == "<SubagentTool subagent provider='fake'>"
+
+
 def test_config_rules() -> None:
     with pytest.raises(ValueError, match="background_mode"):
         SubagentToolConfig(provider="p", background_mode="persistent")

@@ -1,18 +1,23 @@
-"""The tool result type, argument validation and schema export shared by every dsh tool.
+"""The tool contract's one home: the result type, :class:`ToolBase`, validation and export.
 
-``dsh.tool_subagent`` re-exports :class:`ToolResult` (the same class), so job tools and the
-delegation tool return one type while ``dsh.jobs`` never imports the layer above it.
+Every model-visible tool of the stack (the job tools here, the delegation tool in
+``dsh.tool_subagent``) subclasses :class:`ToolBase`, which supplies the schema, the argument
+check and the OpenAI/Anthropic exporters. It lives in ``dsh.jobs``, the lower of the two layers,
+so ``dsh.jobs`` never imports the layer above it; ``dsh.tool_subagent`` re-exports these names
+and owns the ``Tool`` protocol (this contract plus its ``Caller`` type).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 __all__ = [
     "SchemaTool",
+    "ToolBase",
     "ToolResult",
     "to_anthropic_tool",
     "to_openai_tool",
@@ -40,6 +45,48 @@ class SchemaTool(Protocol):
 
     @property
     def input_schema(self) -> dict[str, Any]: ...
+
+
+CallerT = TypeVar("CallerT")
+
+
+class ToolBase(Generic[CallerT]):
+    """A model-visible tool: ``name``, ``description``, a JSON Schema and ``async call``.
+
+    ``call`` checks the arguments against the schema (an ``is_error`` result naming the field)
+    before :meth:`_call` runs. ``CallerT`` is the caller type the tool accepts: the job tools take
+    any job owner, the delegation tool a ``dsh.tool_subagent.Caller``.
+    """
+
+    name: str
+    description: str
+
+    def __init__(self, schema: Mapping[str, Any]) -> None:
+        self._schema: dict[str, Any] = copy.deepcopy(dict(schema))
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """A copy of the schema (a caller that edits it changes no tool)."""
+        return copy.deepcopy(self._schema)
+
+    def to_openai_tool(self) -> dict[str, Any]:
+        return to_openai_tool(self)
+
+    def to_anthropic_tool(self) -> dict[str, Any]:
+        return to_anthropic_tool(self)
+
+    async def call(self, arguments: Mapping[str, Any], caller: CallerT) -> ToolResult:
+        problem = validate_arguments(self._schema, arguments)
+        if problem is not None:
+            return ToolResult(text=problem, is_error=True)
+        return await self._call(arguments, caller)
+
+    async def _call(self, arguments: Mapping[str, Any], caller: CallerT) -> ToolResult:
+        """The tool's work, on arguments that passed the schema check."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
 
 
 def to_openai_tool(tool: SchemaTool) -> dict[str, Any]:

@@ -1,17 +1,16 @@
 """The model-visible job tools: ``job_output``, ``job_list`` and ``job_kill``.
 
-Each satisfies ``dsh.tool_subagent.Tool`` structurally (``name``, ``description``,
-``input_schema``, ``async call(arguments, caller)``) without importing that package.
+Each is a :class:`~dsh.jobs._tool_base.ToolBase` and so satisfies ``dsh.tool_subagent.Tool``
+structurally, without importing that package.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from dsh.jobs._registry import JobRegistry
-from dsh.jobs._tool_base import ToolResult, to_anthropic_tool, to_openai_tool, validate_arguments
+from dsh.jobs._tool_base import ToolBase, ToolResult
 from dsh.jobs._types import JobOwner, JobSnapshot
 from dsh.jobs.errors import JobError
 
@@ -36,38 +35,20 @@ def _snapshot_value(snapshot: JobSnapshot) -> dict[str, Any]:
     }
 
 
-class _JobTool:
-    name: str
-    description: str
-    _schema: ClassVar[dict[str, Any]]
+class _JobTool(ToolBase[JobOwner | None]):
+    """A job tool bound to one registry; a registry error becomes an ``is_error`` result."""
+
+    _SCHEMA: ClassVar[dict[str, Any]]
 
     def __init__(self, registry: JobRegistry) -> None:
+        super().__init__(self._SCHEMA)
         self.registry = registry
 
-    @property
-    def input_schema(self) -> dict[str, Any]:
-        return copy.deepcopy(self._schema)
-
-    def to_openai_tool(self) -> dict[str, Any]:
-        return to_openai_tool(self)
-
-    def to_anthropic_tool(self) -> dict[str, Any]:
-        return to_anthropic_tool(self)
-
     async def call(self, arguments: Mapping[str, Any], caller: JobOwner | None) -> ToolResult:
-        problem = validate_arguments(self._schema, arguments)
-        if problem is not None:
-            return ToolResult(text=problem, is_error=True)
         try:
-            return await self._call(arguments, caller)
+            return await super().call(arguments, caller)
         except JobError as exc:
             return ToolResult(text=str(exc), is_error=True)
-
-    async def _call(self, arguments: Mapping[str, Any], caller: JobOwner | None) -> ToolResult:
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name}>"
 
 
 class JobOutputTool(_JobTool):
@@ -78,7 +59,7 @@ class JobOutputTool(_JobTool):
         "A read does not block unless wait: true, which waits until the job finishes or "
         "timeout_ms passes; a timeout is not an error, just read again later."
     )
-    _schema: ClassVar[dict[str, Any]] = {
+    _SCHEMA: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
             "job_id": _JOB_ID,
@@ -119,7 +100,7 @@ class JobListTool(_JobTool):
         "List this session's background jobs, one per line: <id> [<kind>] <status> — <label>. "
         "Use job_output to read one."
     )
-    _schema: ClassVar[dict[str, Any]] = {
+    _SCHEMA: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {},
         "additionalProperties": False,
@@ -140,7 +121,7 @@ class JobKillTool(_JobTool):
         "Stop a background job. Returns at once; the job settles as killed once its work has "
         "stopped (check with job_output). A job that already finished is left as it was."
     )
-    _schema: ClassVar[dict[str, Any]] = {
+    _SCHEMA: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {
             "job_id": _JOB_ID,

@@ -1,11 +1,13 @@
 """The job control tools ``job_output``, ``job_list`` and ``job_kill``, and the tool helpers.
 
-Every tool here satisfies ``dsh.tool_subagent.Tool`` structurally. :class:`ToolResult` is the
-one result class of the whole stack; ``dsh.tool_subagent`` re-exports it.
+Every tool here is a :class:`ToolBase`, the one base class of every dsh tool (the delegation tool
+too), and satisfies ``dsh.tool_subagent.Tool`` structurally. :class:`ToolResult` is the one
+result class of the whole stack; ``dsh.tool_subagent`` re-exports both.
 """
 
 from dsh.jobs._tool_base import (
     SchemaTool,
+    ToolBase,
     ToolResult,
     to_anthropic_tool,
     to_openai_tool,
@@ -19,6 +21,7 @@ __all__ = [
     "JobListTool",
     "JobOutputTool",
     "SchemaTool",
+    "ToolBase",
     "ToolResult",
     "job_tools",
     "to_anthropic_tool",

@@ -1,20 +1,16 @@
 """dsh.tool_subagent: the model-visible delegation tool, the ``Tool`` protocol and profiles.
 
-:class:`ToolResult` is the same class as ``dsh.jobs.tools.ToolResult``, so the delegation tool
-and the job tools return one type. The ``dsh`` command lives in ``dsh.tool_subagent._cli``.
+:class:`ToolResult` and :class:`ToolBase` are the same classes as in ``dsh.jobs.tools``, so the
+delegation tool and the job tools share one base and return one type. The ``dsh`` command
+lives in ``dsh.tool_subagent._cli``.
 """
 
 from importlib import metadata as _metadata
 
-from dsh.jobs.tools import ToolResult, to_anthropic_tool, to_openai_tool
+from dsh.jobs.tools import ToolBase, ToolResult, to_anthropic_tool, to_openai_tool
+from dsh.tool_subagent._contract import Caller, Tool
 from dsh.tool_subagent._harness import Harness, ProfileModel, ProviderEntry, default_profile
-from dsh.tool_subagent._tool import (
-    Caller,
-    SubagentTool,
-    SubagentToolConfig,
-    Tool,
-    failure_text,
-)
+from dsh.tool_subagent._tool import SubagentTool, SubagentToolConfig, failure_text
 
 try:
     __version__ = _metadata.version("dsh-tool-subagent")
@@ -29,6 +25,7 @@ __all__ = [
     "SubagentTool",
     "SubagentToolConfig",
     "Tool",
+    "ToolBase",
     "ToolResult",
     "default_profile",
     "failure_text",

@@ -14,7 +14,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from dsh.jobs import JobRegistry, JobsConfig
-from dsh.jobs.tools import JobKillTool, JobListTool, JobOutputTool, job_tools
+from dsh.jobs.tools import JOB_TOOL_NAMES, JobKillTool, JobListTool, JobOutputTool, job_tools
 from dsh.subagent import (
     SubagentError,
     SubagentEvent,
@@ -23,6 +23,7 @@ from dsh.subagent import (
     installed_provider_kinds,
     load_provider,
 )
+from dsh.tool_subagent._contract import Tool
 from dsh.tool_subagent._tool import SubagentTool, SubagentToolConfig
 from dsh.tool_subagent.errors import MountError, ProfileError
 
@@ -60,11 +61,17 @@ def _location(loc: tuple[int | str, ...]) -> str:
     return out or "(profile)"
 
 
-def _problems(error: pydantic.ValidationError, prefix: tuple[int | str, ...] = ()) -> str:
-    lines = []
-    for detail in error.errors(include_url=False, include_input=False, include_context=False):
-        lines.append(f"{_location(prefix + tuple(detail['loc']))}: {detail['msg']}")
-    return "; ".join(lines)
+def _at(field: str, message: object) -> ProfileError:
+    """The error for one failing ``field``, which it names in its text and carries as ``field``."""
+    return ProfileError(f"{field}: {message}", field=field)
+
+
+def _problems(error: pydantic.ValidationError, prefix: tuple[int | str, ...] = ()) -> ProfileError:
+    """Every field pydantic rejected, in one error whose ``field`` is the first of them."""
+    details = error.errors(include_url=False, include_input=False, include_context=False)
+    places = [_location(prefix + tuple(detail["loc"])) for detail in details]
+    lines = [f"{place}: {detail['msg']}" for place, detail in zip(places, details, strict=True)]
+    return ProfileError("; ".join(lines), field=places[0] if places else None)
 
 
 def default_profile() -> dict[str, Any]:
@@ -89,7 +96,7 @@ class Harness:
         self,
         subagents: SubagentService,
         jobs: JobRegistry,
-        tools: tuple[Any, ...],
+        tools: tuple[Tool, ...],
         kinds: dict[str, str],
     ) -> None:
         self.subagents = subagents
@@ -107,7 +114,7 @@ class Harness:
     def delegation_tools(self) -> tuple[SubagentTool, ...]:
         return tuple(t for t in self.tools if isinstance(t, SubagentTool))
 
-    def tool(self, name: str) -> Any:
+    def tool(self, name: str) -> Tool:
         for tool in self.tools:
             if tool.name == name:
                 return tool
@@ -141,7 +148,7 @@ class Harness:
         try:
             model = ProfileModel.model_validate(data)
         except pydantic.ValidationError as exc:
-            raise ProfileError(_problems(exc)) from exc
+            raise _problems(exc) from exc
         service = SubagentService()
         kinds: dict[str, str] = {}
         for index, entry in enumerate(model.provider):
@@ -150,12 +157,12 @@ class Harness:
             except SubagentError as exc:
                 cause = exc.__cause__
                 if isinstance(cause, pydantic.ValidationError):
-                    raise ProfileError(_problems(cause, ("provider", index, "config"))) from exc
-                raise ProfileError(f"provider[{index}].kind: {exc}") from exc
+                    raise _problems(cause, ("provider", index, "config")) from exc
+                raise _at(f"provider[{index}].kind", exc) from exc
             try:
                 service.register(provider)
             except SubagentError as exc:
-                raise ProfileError(f"provider[{index}].config.provider_name: {exc}") from exc
+                raise _at(f"provider[{index}].config.provider_name", exc) from exc
             kinds[provider.name] = entry.kind
         tool_configs = list(model.tool)
         if is_default or (not tool_configs and "tool" not in data):
@@ -166,20 +173,20 @@ class Harness:
                 for name in service.names()
             ]
         jobs = JobRegistry(model.jobs)
-        tools: list[Any] = []
-        seen: set[str] = {"job_output", "job_list", "job_kill"}
+        tools: list[Tool] = []
+        seen = set(JOB_TOOL_NAMES)
         for index, config in enumerate(tool_configs):
             if config.tool_name in seen:
-                raise ProfileError(
-                    f'tool[{index}].tool_name: "{config.tool_name}" is already used in this harness'
+                raise _at(
+                    f"tool[{index}].tool_name",
+                    f'"{config.tool_name}" is already used in this harness',
                 )
             seen.add(config.tool_name)
             try:
                 product = PRODUCTS.get(kinds.get(config.provider, ""))
                 tools.append(SubagentTool(config, service, jobs, product=product))
             except MountError as exc:
-                field = "max_depth" if "max_depth" in str(exc) else "provider"
-                raise ProfileError(f"tool[{index}].{field}: {exc}") from exc
+                raise _at(f"tool[{index}].{exc.field}", exc) from exc
         tools.extend(job_tools(jobs))
         return cls(service, jobs, tuple(tools), kinds)
 

@@ -30,6 +30,7 @@ from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import SessionMessage
 
 from dsh.jobs.tools import JobKillTool, JobListTool, JobOutputTool, ToolResult
+from dsh.tool_subagent._contract import Tool
 from dsh.tool_subagent._harness import Harness
 from dsh.tool_subagent._mcp_calls import PROGRESS_INTERVAL_S, Calls
 from dsh.tool_subagent._mcp_drain import draining
@@ -81,7 +82,7 @@ def new_caller(cwd: str | None) -> Caller:
     return Caller(session_id=f"mcp-{uuid.uuid4().hex}", cwd=cwd)
 
 
-def annotations_for(tool: Any) -> types.ToolAnnotations | None:
+def annotations_for(tool: Tool) -> types.ToolAnnotations | None:
     """The MCP behaviour hints of a harness tool (None for a tool of unknown behaviour)."""
     if isinstance(tool, SubagentTool):
         return _DELEGATION_ANNOTATIONS.model_copy()
@@ -91,7 +92,7 @@ def annotations_for(tool: Any) -> types.ToolAnnotations | None:
     return None
 
 
-def mcp_tool(tool: Any) -> types.Tool:
+def mcp_tool(tool: Tool) -> types.Tool:
     """A harness tool as an MCP tool: the same name, description and input schema, annotated."""
     return types.Tool(
         name=tool.name,
@@ -110,7 +111,7 @@ def to_call_result(result: ToolResult, notices: str | None = None) -> types.Call
     return types.CallToolResult(content=list(content), is_error=result.is_error)
 
 
-def _may_run_long(tool: Any, arguments: Mapping[str, Any]) -> bool:
+def _may_run_long(tool: Tool, arguments: Mapping[str, Any]) -> bool:
     """Whether a call waits on a product: a delegation, or a job_output that waits."""
     if isinstance(tool, JobOutputTool):
         return arguments.get("wait") is True
@@ -136,7 +137,7 @@ def build_server(
     calls: Calls | None = None,
 ) -> Server[Any]:
     """A low-level MCP ``Server`` serving ``harness.tools`` for the one owner ``caller``."""
-    tools: dict[str, Any] = {tool.name: tool for tool in harness.tools}
+    tools: dict[str, Tool] = {tool.name: tool for tool in harness.tools}
     listing = [mcp_tool(tool) for tool in harness.tools]
     sink = notices if notices is not None else Notices(caller, harness.jobs)
     running = calls if calls is not None else Calls()
@@ -147,7 +148,7 @@ def build_server(
         sink.bind(ctx)
         return types.ListToolsResult(tools=[tool.model_copy(deep=True) for tool in listing])
 
-    async def invoke(tool: Any, name: str, arguments: Mapping[str, Any]) -> ToolResult:
+    async def invoke(tool: Tool, name: str, arguments: Mapping[str, Any]) -> ToolResult:
         try:
             result: ToolResult = await tool.call(arguments, caller)
         except Exception as exc:

@@ -1,18 +1,17 @@
-"""The ``Tool`` protocol, ``Caller`` and the model-visible delegation tool ``SubagentTool``."""
+"""The model-visible delegation tool ``SubagentTool`` (``Tool`` and ``Caller`` in ``_contract``)."""
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from dsh.jobs import JobOutcome, JobRegistry, JobStatus
-from dsh.jobs.tools import ToolResult, to_anthropic_tool, to_openai_tool, validate_arguments
+from dsh.jobs.tools import ToolBase, ToolResult
 from dsh.subagent import (
     CloseOnce,
     Parent,
@@ -24,6 +23,7 @@ from dsh.subagent import (
     SubagentStartRequest,
     TextBlock,
 )
+from dsh.tool_subagent._contract import Caller, Tool
 from dsh.tool_subagent.errors import MountError
 
 __all__ = ["Caller", "SubagentTool", "SubagentToolConfig", "Tool", "failure_text"]
@@ -42,27 +42,19 @@ _HEADLINES = {
 
 
 @dataclass(frozen=True, slots=True)
-class Caller:
-    """The calling agent session; the owner of the Jobs it starts."""
+class _Finished:
+    """The run settled with ``result``; ``dispose`` is the safe text of a failed close."""
 
-    session_id: str
-    cwd: str | None = None
+    result: SubagentResult
+    dispose: str | None
 
 
-@runtime_checkable
-class Tool(Protocol):
-    """A model-visible tool; ``input_schema`` is JSON Schema (``additionalProperties: false``)."""
+@dataclass(frozen=True, slots=True)
+class _Interrupted:
+    """Awaiting the result raised ``error`` (a cancellation); the run was closed anyway."""
 
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def description(self) -> str: ...
-
-    @property
-    def input_schema(self) -> dict[str, Any]: ...
-
-    async def call(self, arguments: Mapping[str, Any], caller: Caller) -> ToolResult: ...
+    error: BaseException
+    dispose: str | None
 
 
 class SubagentToolConfig(BaseModel):
@@ -115,7 +107,7 @@ def failure_text(result: SubagentResult) -> str:
     return text
 
 
-class SubagentTool:
+class SubagentTool(ToolBase[Caller]):
     """Delegates one self-contained task to a registered provider, in the foreground or as a Job."""
 
     def __init__(
@@ -131,7 +123,8 @@ class SubagentTool:
         if provider is None:
             raise MountError(
                 f'tool "{config.tool_name}": no subagent provider registered'
-                f' for "{config.provider}"'
+                f' for "{config.provider}"',
+                field="provider",
             )
         if config.max_depth is None:
             depth = DEFAULT_MAX_DEPTH if provider.capabilities.depth_limit else "provider-managed"
@@ -139,7 +132,8 @@ class SubagentTool:
         if isinstance(config.max_depth, int) and not provider.capabilities.depth_limit:
             raise MountError(
                 f'provider "{config.provider}" cannot enforce max_depth (no depth_limit capability)'
-                ' — set max_depth = "provider-managed"'
+                ' — set max_depth = "provider-managed"',
+                field="max_depth",
             )
         self.config = config
         self.service = service
@@ -151,7 +145,7 @@ class SubagentTool:
         model = getattr(getattr(provider, "config", None), "model", None)
         self.model = model if isinstance(model, str) and model else None
         self.description = self._describe()
-        self._schema = self._build_schema()
+        super().__init__(self._build_schema())
 
     def _describe(self) -> str:
         who = f"a {self.product} subagent" if self.product else "a subagent"
@@ -197,16 +191,6 @@ class SubagentTool:
             "additionalProperties": False,
         }
 
-    @property
-    def input_schema(self) -> dict[str, Any]:
-        return copy.deepcopy(self._schema)
-
-    def to_openai_tool(self) -> dict[str, Any]:
-        return to_openai_tool(self)
-
-    def to_anthropic_tool(self) -> dict[str, Any]:
-        return to_anthropic_tool(self)
-
     def _request(self, description: str, prompt: str, caller: Caller) -> SubagentStartRequest:
         depth = self.config.max_depth
         return SubagentStartRequest(
@@ -222,9 +206,9 @@ class SubagentTool:
                 return ToolResult(text=BACKGROUND_DISABLED, is_error=True)
             if arguments.get("run_in_background") is False:
                 arguments = {k: v for k, v in arguments.items() if k != "run_in_background"}
-        problem = validate_arguments(self._schema, arguments)
-        if problem is not None:
-            return ToolResult(text=problem, is_error=True)
+        return await super().call(arguments, caller)
+
+    async def _call(self, arguments: Mapping[str, Any], caller: Caller) -> ToolResult:
         request = self._request(arguments["description"], arguments["prompt"], caller)
         if arguments.get("run_in_background", False):
             return self._background(request, arguments["description"], caller)
@@ -251,20 +235,35 @@ class SubagentTool:
         logger.debug("%s subagent dispose failed", where, exc_info=failure)
         return _safe(failure)
 
-    async def _foreground(self, request: SubagentStartRequest) -> ToolResult:
-        run = await self._start(request, "foreground")
+    async def _run(
+        self, request: SubagentStartRequest, where: str
+    ) -> str | _Finished | _Interrupted:
+        """Start → result → dispose, the steps both paths share.
+
+        Returns the start failure's safe text, or how the run ended; the run is always closed
+        (through :meth:`_dispose`) before this returns, and a cancellation that arrives during
+        that close propagates from here once the close has ended.
+        """
+        run = await self._start(request, where)
         if isinstance(run, str):
+            return run
+        try:
+            result = await run.result()
+        except BaseException as exc:  # a cancellation (the service turns any Exception into ERROR)
+            return _Interrupted(exc, await self._dispose(run, where))
+        return _Finished(result, await self._dispose(run, where))
+
+    async def _foreground(self, request: SubagentStartRequest) -> ToolResult:
+        end = await self._run(request, "foreground")
+        if isinstance(end, str):
             if _killed():
                 # The call was cancelled and the start's rollback failed (Codex then raises the
                 # teardown line): the caller asked to stop, so it gets the cancellation.
                 raise asyncio.CancelledError
-            return ToolResult(text=run, is_error=True)
-        try:
-            result = await run.result()
-        except BaseException:
-            await self._dispose(run, "foreground")
-            raise
-        dispose = await self._dispose(run, "foreground")
+            return ToolResult(text=end, is_error=True)
+        if isinstance(end, _Interrupted):
+            raise end.error
+        result, dispose = end.result, end.dispose
         value = {"stop_reason": str(result.stop_reason), "diagnostic": result.diagnostic}
         if result.stop_reason == StopReason.COMPLETED:
             if dispose is None:
@@ -293,23 +292,20 @@ class SubagentTool:
         )
 
     async def _background_work(self, request: SubagentStartRequest) -> JobOutcome:
-        run = await self._start(request, "background")
-        if isinstance(run, str):
+        end = await self._run(request, "background")
+        if isinstance(end, str):
             if _killed():
                 # Killed while starting, and the start then failed instead of raising the
                 # cancellation (a Codex rollback that could not prove exit): keep that fact.
-                return JobOutcome(JobStatus.KILLED, detail=run)
-            return JobOutcome(JobStatus.FAILED, detail=run)
-        try:
-            result = await run.result()
-        except asyncio.CancelledError:
-            # job_kill (or an owner close): the run is closed before the job settles, and a
+                return JobOutcome(JobStatus.KILLED, detail=end)
+            return JobOutcome(JobStatus.FAILED, detail=end)
+        if isinstance(end, _Interrupted):
+            # job_kill (or an owner close): the run was closed before the job settles, and a
             # failed teardown stays in the killed job's detail instead of being dropped.
-            dispose = await self._dispose(run, "background")
-            if dispose is None:
-                raise
-            return JobOutcome(JobStatus.KILLED, detail=f"dispose failed: {dispose}")
-        dispose = await self._dispose(run, "background")
+            if end.dispose is None or not isinstance(end.error, asyncio.CancelledError):
+                raise end.error
+            return JobOutcome(JobStatus.KILLED, detail=f"dispose failed: {end.dispose}")
+        result, dispose = end.result, end.dispose
         suffix = f"; dispose failed: {dispose}" if dispose else ""
         reason = result.stop_reason
         if reason == StopReason.COMPLETED:
