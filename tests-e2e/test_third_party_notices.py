@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dsh.tool_subagent._notices import (
+from third_party_notices import (
     NOTICES_FILE,
     REGENERATE_COMMAND,
     check,

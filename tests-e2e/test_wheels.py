@@ -110,3 +110,22 @@ def test_each_package_reports_its_installed_version() -> None:
     for dist in DISTRIBUTIONS:
         module = importlib.import_module("dsh." + dist.removeprefix("dsh-").replace("-", "_"))
         assert module.__version__ == importlib.metadata.version(dist), dist
+
+
+@pytest.mark.parametrize("dist", DISTRIBUTIONS)
+def test_no_wheel_ships_repository_tooling_or_needs_packaging(dist: str, tmp_path: Path) -> None:
+    # The notices generator is repository tooling (tools/); it was the only user of `packaging`.
+    wheel = _build_wheel(dist, tmp_path)
+    archive = zipfile.ZipFile(wheel)
+    for name in archive.namelist():
+        if name.endswith(".py"):
+            source = archive.read(name).decode("utf-8")
+            assert "THIRD_PARTY_NOTICES" not in source, name
+            assert "from packaging" not in source, name
+            assert "import packaging" not in source, name
+    runtime = [
+        Requirement(raw)
+        for raw in _metadata(wheel).get_all("Requires-Dist") or []
+        if "extra ==" not in raw
+    ]
+    assert "packaging" not in {r.name for r in runtime}

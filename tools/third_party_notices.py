@@ -1,9 +1,9 @@
 """Generate and check ``THIRD_PARTY_NOTICES.md`` from the installed runtime closure.
 
-Run from the workspace root::
+Repository tooling, not part of any distribution (no wheel ships it). Run from the workspace root::
 
-    uv run python -m dsh.tool_subagent._notices --write
-    uv run python -m dsh.tool_subagent._notices --check
+    uv run python tools/third_party_notices.py --write
+    uv run python tools/third_party_notices.py --check
 
 The closure starts at the runtime requirements of the six dsh distributions (dsh-tool-subagent
 with its ``codex``, ``claude-code`` and ``mcp`` extras) and follows ``importlib.metadata``
@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 NOTICES_FILE = "THIRD_PARTY_NOTICES.md"
-REGENERATE_COMMAND = "uv run python -m dsh.tool_subagent._notices --write"
+REGENERATE_COMMAND = "uv run python tools/third_party_notices.py --write"
 
 # (distribution, requested extras)
 ROOTS: tuple[tuple[str, frozenset[str]], ...] = (
@@ -221,7 +221,7 @@ def check(committed: str, expected: str | None = None) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dsh.tool_subagent._notices")
+    parser = argparse.ArgumentParser(prog="tools/third_party_notices.py")
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", action="store_true")
     mode.add_argument("--check", action="store_true")
