@@ -99,6 +99,17 @@ def test_unknown_kind_lists_installed_and_extra() -> None:
 
 
 @pytest.mark.usefixtures("plugins")
+def test_without_a_table_of_requirements_the_hints_name_no_package() -> None:
+    with pytest.raises(SubagentError) as unknown:
+        load_provider("claude-code", {})
+    assert str(unknown.value).endswith("; install the package that provides it")
+    with pytest.raises(SubagentError) as broken:
+        load_provider("codex", {})
+    assert str(broken.value).endswith("; reinstall the package that provides it")
+    assert "dsh-tool-subagent" not in str(unknown.value) + str(broken.value)
+
+
+@pytest.mark.usefixtures("plugins")
 def test_invalid_config_names_field_not_value() -> None:
     with pytest.raises(SubagentError) as info:
         load_provider("good", {"mode": "SECRET-VALUE", "extra_field": 1})
