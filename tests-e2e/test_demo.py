@@ -115,26 +115,62 @@ async def test_dsh_demo_exits_0_with_every_scenario_behaving() -> None:
     assert await asyncio.to_thread(owned_marked_processes, proc.pid) == []
 
 
-@pytest.mark.parametrize(
-    ("installed", "message"),
-    [
-        (
-            ["codex"],
-            'the Claude Code provider is not installed; install it with pip install "dsh-tool-'
-            'subagent[claude-code]" (or "dsh-tool-subagent[all]" for everything)',
-        ),
-        (
-            [],
-            "the Codex provider and the Claude Code provider are not installed; install them"
-            ' with pip install "dsh-tool-subagent[all]"',
-        ),
-    ],
-)
-def test_demo_names_the_extra_to_install_and_fails(
-    monkeypatch: pytest.MonkeyPatch, installed: list[str], message: str
+# A partial install runs the installed half (issue 15); only an install with neither provider
+# stops the demo.
+def test_demo_names_the_extras_to_install_and_fails_with_no_provider(
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_demo, "installed_provider_kinds", lambda: tuple(installed))
+    message = (
+        "the Codex provider and the Claude Code provider are not installed; install them"
+        ' with pip install "dsh-tool-subagent[all]"'
+    )
+    monkeypatch.setattr(_demo, "installed_provider_kinds", lambda: ())
     buffer = io.StringIO()
     code = _demo.main(console=Console(file=buffer, width=300))
     assert code == 1
     assert buffer.getvalue() == f"dsh demo did not run: {message}\n"
+
+
+@pytest.mark.parametrize(
+    ("installed", "product", "note"),
+    [
+        (
+            "codex",
+            "Codex",
+            'the Claude Code provider is not installed; install it with pip install "dsh-tool-'
+            'subagent[claude-code]" (or "dsh-tool-subagent[all]" for everything)',
+        ),
+        (
+            "claude-code",
+            "Claude Code",
+            'the Codex provider is not installed; install it with pip install "dsh-tool-'
+            'subagent[codex]" (or "dsh-tool-subagent[all]" for everything)',
+        ),
+    ],
+)
+def test_partial_install_runs_the_installed_half_and_names_the_other(
+    monkeypatch: pytest.MonkeyPatch, installed: str, product: str, note: str
+) -> None:
+    monkeypatch.setattr(_demo, "installed_provider_kinds", lambda: (installed,))
+    buffer = io.StringIO()
+    code = _demo.main(console=Console(file=buffer, width=300))
+    out = buffer.getvalue()
+    assert code == 0, out
+    lines = out.splitlines()
+    assert (
+        lines[0].rstrip() == f"dsh demo: the real {product} product against loopback model servers"
+    )
+    expected = [row for row in EXPECTED_ROWS if row[1] == product]
+    rows = _table_rows(out, "│")
+    assert len(rows) == len(expected) == 4
+    for row, (scenario, row_product, outcome_pattern) in zip(rows, expected, strict=True):
+        assert row[:2] == [scenario, row_product]
+        assert re.fullmatch(outcome_pattern, row[2]), row[2]
+    assert re.fullmatch(
+        rf"All 4 scenarios behaved as expected in \d+\.\d s: the real {product} product"
+        r" answered, ran as a background job, reported a failure with a safe diagnostic and was"
+        r" cancelled leaving no process behind \(loopback model servers, no key, no network\)\.",
+        lines[-2],
+    ), lines[-2]
+    assert lines[-1] == note
+    assert owned_marked_processes() == []

@@ -21,6 +21,9 @@ from dsh.subagent import (
 )
 from dsh.subagent.testing import FakeProvider
 
+# The caller's table of install requirements (the tool layer passes its extras the same way).
+TOOL_EXTRAS = {"codex": "dsh-tool-subagent[codex]", "claude-code": "dsh-tool-subagent[claude-code]"}
+
 
 class _Config(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(frozen=True, extra="forbid")
@@ -72,7 +75,7 @@ def test_load_good_despite_broken_neighbour() -> None:
 @pytest.mark.usefixtures("plugins")
 def test_broken_plugin_is_reported() -> None:
     with pytest.raises(SubagentError) as info:
-        load_provider("codex", {})
+        load_provider("codex", {}, install_requirements=TOOL_EXTRAS)
     assert info.value.code == "PROVIDER_LOAD_FAILED"
     assert 'pip install --force-reinstall "dsh-tool-subagent[codex]"' in str(info.value)
     assert isinstance(info.value.__cause__, ImportError)
@@ -85,14 +88,25 @@ def test_broken_plugin_is_reported() -> None:
 @pytest.mark.usefixtures("plugins")
 def test_unknown_kind_lists_installed_and_extra() -> None:
     with pytest.raises(SubagentError) as info:
-        load_provider("claude-code", {})
+        load_provider("claude-code", {}, install_requirements=TOOL_EXTRAS)
     message = str(info.value)
     assert info.value.code == "UNKNOWN_PROVIDER_KIND"
     assert "installed kinds: codex, good, odd" in message
     assert 'pip install "dsh-tool-subagent[claude-code]"' in message
     with pytest.raises(SubagentError, match=r"dsh-tool-subagent\[codex\]") as other:
-        load_provider("nope", {})
+        load_provider("nope", {}, install_requirements=TOOL_EXTRAS)
     assert other.value.code == "UNKNOWN_PROVIDER_KIND"
+
+
+@pytest.mark.usefixtures("plugins")
+def test_without_a_table_of_requirements_the_hints_name_no_package() -> None:
+    with pytest.raises(SubagentError) as unknown:
+        load_provider("claude-code", {})
+    assert str(unknown.value).endswith("; install the package that provides it")
+    with pytest.raises(SubagentError) as broken:
+        load_provider("codex", {})
+    assert str(broken.value).endswith("; reinstall the package that provides it")
+    assert "dsh-tool-subagent" not in str(unknown.value) + str(broken.value)
 
 
 @pytest.mark.usefixtures("plugins")

@@ -10,6 +10,7 @@ from typing import Any, Self
 from dsh.subagent import (
     NO_START_CAPABILITIES,
     Capabilities,
+    DemoPlan,
     DoctorCheck,
     FailureFacts,
     ProductFailure,
@@ -68,6 +69,14 @@ class ClaudeCodeProvider:
     def from_config(cls, config: Mapping[str, Any]) -> Self:
         """Build from a plain mapping (entry-point loading), validated by the pydantic config."""
         return cls(ClaudeCodeProviderConfig.model_validate(dict(config)))
+
+    @staticmethod
+    def demo() -> DemoPlan:
+        """This product's part of ``dsh demo`` (``dsh.subagent.DemoPlan``); starts nothing."""
+        # Imported on call: the loopback fixtures are not needed to run the product.
+        from dsh.subagent_claude_code._demo import demo_plan
+
+        return demo_plan()
 
     def doctor(self) -> list[DoctorCheck]:
         """``dsh doctor`` rows: the pinned SDK, its bundled CLI, and this instance's credentials."""

@@ -12,6 +12,7 @@ from typing import Any, Self
 from dsh.subagent import (
     NO_START_CAPABILITIES,
     Capabilities,
+    DemoPlan,
     DoctorCheck,
     FailureFacts,
     ProductFailure,
@@ -82,6 +83,14 @@ class CodexProvider:
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Self:
         return cls(CodexProviderConfig.model_validate(dict(config)))
+
+    @staticmethod
+    def demo() -> DemoPlan:
+        """This product's part of ``dsh demo`` (``dsh.subagent.DemoPlan``); starts nothing."""
+        # Imported on call: the loopback fixtures are not needed to run the product.
+        from dsh.subagent_codex._demo import demo_plan
+
+        return demo_plan()
 
     def doctor(self) -> list[DoctorCheck]:
         """``dsh doctor`` rows: the pinned binary, its payload, and this instance's credentials."""

@@ -9,6 +9,7 @@ from importlib import metadata as _metadata
 
 from dsh.subagent._checks import check_one_shot_request
 from dsh.subagent._closing import CloseOnce
+from dsh.subagent._demo import DEMO_ERROR_BODY, DemoFailure, DemoModel, DemoPlan, DemoScenario
 from dsh.subagent._diagnostics import (
     MAX_DIAGNOSTIC_BYTES,
     FailureFacts,
@@ -17,6 +18,7 @@ from dsh.subagent._diagnostics import (
 )
 from dsh.subagent._discovery import (
     PROVIDER_ENTRY_POINT_GROUP,
+    InstallRequirements,
     installed_provider_kinds,
     load_provider,
 )
@@ -54,15 +56,21 @@ except _metadata.PackageNotFoundError:  # imported from a source tree that is no
     __version__ = "0+unknown"
 
 __all__ = [
+    "DEMO_ERROR_BODY",
     "MAX_DIAGNOSTIC_BYTES",
     "NO_START_CAPABILITIES",
     "PROVIDER_ENTRY_POINT_GROUP",
     "Capabilities",
     "CloseOnce",
     "ContentBlock",
+    "DemoFailure",
+    "DemoModel",
+    "DemoPlan",
+    "DemoScenario",
     "Descriptor",
     "DoctorCheck",
     "FailureFacts",
+    "InstallRequirements",
     "Listener",
     "Parent",
     "ProductFailure",

@@ -14,6 +14,7 @@ from dsh.subagent.errors import SubagentError
 
 __all__ = [
     "PROVIDER_ENTRY_POINT_GROUP",
+    "InstallRequirements",
     "installed_provider_kinds",
     "load_provider",
     "provider_entry_points",
@@ -24,8 +25,8 @@ _log = logging.getLogger("dsh.subagent")
 PROVIDER_ENTRY_POINT_GROUP = "dsh.subagent.providers"
 """The entry-point group whose names are provider kinds and whose objects are provider classes."""
 
-# Kinds with a documented install extra on dsh-tool-subagent.
-_KNOWN_EXTRAS = {"codex": "codex", "claude-code": "claude-code"}
+InstallRequirements = Mapping[str, str]
+"""Provider kind -> the pip requirement that installs it (the caller's table; the seam has none)."""
 
 
 def provider_entry_points() -> tuple[EntryPoint, ...]:
@@ -44,18 +45,20 @@ def installed_provider_kinds() -> tuple[str, ...]:
     return tuple(sorted(entry.name for entry in provider_entry_points()))
 
 
-def _install_hint(kind: str) -> str:
-    extra = _KNOWN_EXTRAS.get(kind)
-    if extra is not None:
-        return f'install it with pip install "dsh-tool-subagent[{extra}]"'
-    choices = " or ".join(f'pip install "dsh-tool-subagent[{e}]"' for e in _KNOWN_EXTRAS.values())
+def _install_hint(kind: str, requirements: InstallRequirements) -> str:
+    requirement = requirements.get(kind)
+    if requirement is not None:
+        return f'install it with pip install "{requirement}"'
+    if not requirements:
+        return "install the package that provides it"
+    choices = " or ".join(f'pip install "{r}"' for r in requirements.values())
     return f"install a provider, for example {choices}"
 
 
-def _reinstall_hint(kind: str) -> str:
-    extra = _KNOWN_EXTRAS.get(kind)
-    if extra is not None:
-        return f'reinstall it with pip install --force-reinstall "dsh-tool-subagent[{extra}]"'
+def _reinstall_hint(kind: str, requirements: InstallRequirements) -> str:
+    requirement = requirements.get(kind)
+    if requirement is not None:
+        return f'reinstall it with pip install --force-reinstall "{requirement}"'
     return "reinstall the package that provides it"
 
 
@@ -68,19 +71,29 @@ def _config_problems(error: pydantic.ValidationError) -> str:
     return "; ".join(problems)
 
 
-def load_provider(kind: str, config: Mapping[str, Any] | None = None) -> SubagentProvider:
+def load_provider(
+    kind: str,
+    config: Mapping[str, Any] | None = None,
+    *,
+    install_requirements: InstallRequirements | None = None,
+) -> SubagentProvider:
     """Build the provider of ``kind`` from ``config`` via the kind's ``from_config(mapping)``.
+
+    ``install_requirements`` (kind -> pip requirement) words the install and reinstall hints of
+    the errors; it comes from the layer that knows how its kinds are installed (the tool layer's
+    extras), so this seam names no product.
 
     Only the requested entry point is imported; the others are never touched. Loading starts no
     process and does no PATH lookup (provider classes defer both to ``start()``).
     """
+    requirements = install_requirements or {}
     entries = {entry.name: entry for entry in provider_entry_points()}
     entry = entries.get(kind)
     if entry is None:
         installed = ", ".join(sorted(entries)) or "none"
         raise SubagentError(
             f'no subagent provider kind "{kind}" is installed (installed kinds: {installed}); '
-            f"{_install_hint(kind)}",
+            f"{_install_hint(kind, requirements)}",
             code="UNKNOWN_PROVIDER_KIND",
         )
     try:
@@ -89,7 +102,7 @@ def load_provider(kind: str, config: Mapping[str, Any] | None = None) -> Subagen
         _log.debug("loading subagent provider kind %r failed", kind, exc_info=error)
         raise SubagentError(
             f'the subagent provider kind "{kind}" is installed but failed to import; '
-            f"{_reinstall_hint(kind)}",
+            f"{_reinstall_hint(kind, requirements)}",
             code="PROVIDER_LOAD_FAILED",
         ) from error
     from_config = getattr(provider_class, "from_config", None)

@@ -1,9 +1,11 @@
-"""``dsh demo``: the real Codex and Claude Code products against the bundled loopback models.
+"""``dsh demo``: the installed real products against their bundled loopback models.
 
-The demo builds a :class:`Harness` from an in-memory profile whose two providers' ``env`` point at
-``dsh.subagent_codex.testing.FakeResponsesServer`` and
-``dsh.subagent_claude_code.testing.FakeMessagesServer``, with hermetic homes under a temporary
-directory that is removed afterwards. It needs no key and talks only to 127.0.0.1.
+Each installed provider's optional ``demo()`` hook (``dsh.subagent.DemoPlan``, reached through
+the entry points, so this module imports no product) brings its loopback model server and the
+profile config pointing the product at it, with hermetic homes under a temporary directory
+that is removed afterwards. The demo builds a :class:`Harness` from that in-memory profile. It
+needs no key and talks only to 127.0.0.1. With only one of the shipped providers installed it
+runs that one's scenarios and says how to install the other.
 
 Independent scenarios (answers, background jobs, failures) run concurrently; the two cancellation
 scenarios run one at a time afterwards so each can prove that no process of its own is left. The
@@ -16,23 +18,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dsh.subagent import installed_provider_kinds
-from dsh.tool_subagent._demo_scenarios import (
-    Scenario,
-    Stage,
-    owned_marked_processes,
-    scenario_phases,
+from dsh.tool_subagent._demo_plans import (
+    InstalledPlan,
+    demo_profile,
+    installed_plans,
+    missing_providers,
 )
-from dsh.tool_subagent._harness import Harness
+from dsh.tool_subagent._demo_scenarios import Scenario, Stage, scenario_phases
+from dsh.tool_subagent._harness import Harness, default_tool_name
 from dsh.tool_subagent._signals import exit_code_on_signal
 from dsh.tool_subagent._tool import Caller
 
@@ -47,16 +52,26 @@ __all__ = [
     "missing_providers",
     "render",
     "run_demo",
+    "title",
 ]
 
 logger = logging.getLogger("dsh.tool_subagent")
 
-#: (provider kind, product, extra of dsh-tool-subagent that installs it)
-REQUIRED_KINDS = (("codex", "Codex", "codex"), ("claude-code", "Claude Code", "claude-code"))
 #: Each scenario is bounded; at most four phases run one after another.
 SCENARIO_TIMEOUT_S = 12.0
-DEMO_MODEL = "dsh-demo-model"
-TITLE = "dsh demo: the real Codex and Claude Code products against loopback model servers"
+
+
+def _listed(products: Sequence[str]) -> str:
+    plural = "s" if len(products) > 1 else ""
+    return f"the real {' and '.join(products)} product{plural}"
+
+
+def title(products: Sequence[str]) -> str:
+    """The table's title, naming the products that ran."""
+    return f"dsh demo: {_listed(products)} against loopback model servers"
+
+
+TITLE = title(("Codex", "Claude Code"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +93,12 @@ class DemoReport:
     seconds: float
     problem: str | None = None
     leftover: int = 0
+    #: What a partial install lacks (the demo ran the installed half).
+    note: str | None = None
+
+    @property
+    def products(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(row.product for row in self.rows))
 
     @property
     def ok(self) -> bool:
@@ -94,10 +115,17 @@ class DemoReport:
             return f"dsh demo did not run: {self.problem}"
         total = len(self.rows)
         if self.ok:
+            many = len(self.products) > 1
+            what = (
+                "answered, ran as background jobs, reported failures with a safe diagnostic and"
+                " were cancelled"
+                if many
+                else "answered, ran as a background job, reported a failure with a safe"
+                " diagnostic and was cancelled"
+            )
             return (
-                f"All {total} scenarios behaved as expected in {self.seconds:.1f} s: the real Codex"
-                " and Claude Code products answered, ran as background jobs, reported failures"
-                " with a safe diagnostic and were cancelled leaving no process behind"
+                f"All {total} scenarios behaved as expected in {self.seconds:.1f} s:"
+                f" {_listed(self.products)} {what} leaving no process behind"
                 " (loopback model servers, no key, no network)."
             )
         bad = [f"{r.scenario} / {r.product}" for r in self.rows if not r.ok]
@@ -107,22 +135,6 @@ class DemoReport:
         if self.leftover:
             text += f"; {self.leftover} marked process(es) outlived the demo"
         return text + ". Run `dsh doctor` to check the installed products."
-
-
-def missing_providers(kinds: Iterable[str]) -> str | None:
-    """What to install when a product the demo needs is missing, else ``None``."""
-    installed = set(kinds)
-    missing = [(product, extra) for kind, product, extra in REQUIRED_KINDS if kind not in installed]
-    if not missing:
-        return None
-    names = " and ".join(f"the {product} provider" for product, _ in missing)
-    if len(missing) == 1:
-        extra = missing[0][1]
-        return (
-            f'{names} is not installed; install it with pip install "dsh-tool-subagent[{extra}]"'
-            ' (or "dsh-tool-subagent[all]" for everything)'
-        )
-    return f'{names} are not installed; install them with pip install "dsh-tool-subagent[all]"'
 
 
 async def _timed(stage: Stage, scenario: Scenario) -> Row:
@@ -139,92 +151,62 @@ async def _timed(stage: Stage, scenario: Scenario) -> Row:
     return Row(name, product, outcome, time.monotonic() - began, ok)
 
 
-def demo_profile(root: Path, codex_url: str, claude_url: str) -> dict[str, Any]:
-    """The demo's profile: both products, their hermetic homes under ``root``, loopback URLs."""
-    from dsh.subagent_claude_code.testing import hermetic_env as claude_env
-    from dsh.subagent_codex.testing import hermetic_env as codex_env
-    from dsh.subagent_codex.testing import write_codex_home
-
-    home = write_codex_home(root / "codex-home", codex_url, DEMO_MODEL)
-    common = {"stderr": "discard", "dispose_grace_ms": 2000}
-    return {
-        "provider": [
-            {"kind": "codex", "config": {"env": codex_env(home), **common}},
-            {
-                "kind": "claude-code",
-                "config": {"env": claude_env(root / "claude", claude_url), **common},
-            },
-        ],
-        "jobs": {"max_concurrent_jobs_per_owner": 10},
-    }
+def _leftover(plans: Sequence[InstalledPlan]) -> list[int]:
+    """Pids any installed plan finds still alive that this process started (blocking briefly)."""
+    return sorted({pid for p in plans for pid in p.plan.leftover_processes(os.getpid())})
 
 
-async def _run_scenarios(root: Path) -> list[Row]:
-    from dsh.subagent_claude_code.testing import Behaviour as ClaudeBehaviour
-    from dsh.subagent_claude_code.testing import FakeMessagesServer
-    from dsh.subagent_codex.testing import Behaviour as CodexBehaviour
-    from dsh.subagent_codex.testing import FakeResponsesServer, RecordedRequest
-
-    codex_script: dict[str, CodexBehaviour] = {}
-
-    def route(request: RecordedRequest) -> CodexBehaviour | None:
-        # The whole body, so a follow-up request of the same turn gets the same behaviour.
-        for token, behaviour in codex_script.items():
-            if token.encode() in request.body:
-                return behaviour
-        return None
-
+async def _run_scenarios(root: Path, plans: Sequence[InstalledPlan]) -> list[Row]:
     workspace = root / "workspace"
     workspace.mkdir()
-    async with (
-        FakeResponsesServer(route=route) as codex_server,
-        FakeMessagesServer() as claude_server,
-    ):
-        profile = demo_profile(root, codex_server.base_url, claude_server.base_url)
-
-        def script_claude(token: str, kind: Any, **fields: Any) -> None:
-            claude_server.queue(ClaudeBehaviour(kind, match=token, **fields))
-
-        async with Harness.from_profile(profile) as harness:
+    async with AsyncExitStack() as stack:
+        models = {
+            p.plan.product: await stack.enter_async_context(p.plan.model(root)) for p in plans
+        }
+        configs = [(p.kind, models[p.plan.product].provider_config()) for p in plans]
+        async with Harness.from_profile(demo_profile(configs)) as harness:
             stage = Stage(
                 harness=harness,
                 caller=Caller(session_id="dsh-demo", cwd=str(workspace)),
-                script_codex=codex_script.__setitem__,
-                script_claude=script_claude,
-                codex_tasks=lambda: [r.task_text or "" for r in codex_server.model_requests],
-                claude_tasks=lambda: [r.task or "" for r in claude_server.requests],
+                models=models,
+                tools={p.plan.product: default_tool_name(p.kind) for p in plans},
+                leftover=lambda: _leftover(plans),
             )
             rows: list[Row] = []
-            for phase in scenario_phases():
+            for phase in scenario_phases([(p.plan.product, p.plan.scenarios) for p in plans]):
                 async with asyncio.TaskGroup() as group:
                     tasks = [group.create_task(_timed(stage, s)) for s in phase]
                 rows.extend(task.result() for task in tasks)
     return rows
 
 
+def _plans() -> tuple[list[InstalledPlan], str | None, str | None]:
+    """The installed plans, what stops the demo (if anything), and a partial install's note."""
+    kinds = installed_provider_kinds()
+    note = missing_providers(kinds)
+    try:
+        plans = installed_plans(kinds)
+    except LookupError as exc:
+        return [], str(exc), None
+    if not plans:
+        return [], note or "no installed provider offers a demo", None
+    return plans, None, note
+
+
 async def run_demo() -> DemoReport:
     """Run every scenario and return the report (prints nothing)."""
     began = time.monotonic()
-    problem = missing_providers(installed_provider_kinds())
-    if problem is None:
-        try:
-            import dsh.subagent_claude_code.testing
-            import dsh.subagent_codex.testing  # noqa: F401
-        except ImportError as exc:
-            logger.debug("demo fixtures failed to import", exc_info=exc)
-            problem = (
-                "a provider package is installed but broken; reinstall it with"
-                ' pip install --force-reinstall "dsh-tool-subagent[all]"'
-            )
+    plans, problem, note = _plans()
     if problem is not None:
         return DemoReport((), time.monotonic() - began, problem=problem)
     root = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="dsh-demo-"))
     try:
-        rows = await _run_scenarios(root)
+        rows = await _run_scenarios(root, plans)
     finally:
         await asyncio.to_thread(shutil.rmtree, root, ignore_errors=True)
-    leftover = await asyncio.to_thread(owned_marked_processes)
-    return DemoReport(tuple(rows), time.monotonic() - began, leftover=len(leftover))
+    leftover = await asyncio.to_thread(_leftover, plans)
+    seconds = time.monotonic() - began
+    return DemoReport(tuple(rows), seconds, leftover=len(leftover), note=note)
 
 
 def render(report: DemoReport, console: Console) -> None:
@@ -233,7 +215,7 @@ def render(report: DemoReport, console: Console) -> None:
     from rich.text import Text
 
     if report.rows:
-        table = Table(title=TITLE, title_justify="left")
+        table = Table(title=title(report.products), title_justify="left")
         for column in ("scenario", "product", "outcome", "time"):
             table.add_column(column, justify="right" if column == "time" else "left")
         for row in report.rows:
@@ -243,13 +225,17 @@ def render(report: DemoReport, console: Console) -> None:
         console.print(table, highlight=False)
     style = "bold green" if report.ok else "bold red"
     console.print(report.summary, style=style, soft_wrap=True, highlight=False, markup=False)
+    if report.note is not None:
+        console.print(report.note, style="yellow", soft_wrap=True, highlight=False, markup=False)
 
 
-def _serve(err: Console) -> int:
+def _serve(plans: Sequence[InstalledPlan], note: str | None, err: Console) -> int:
     from dsh.tool_subagent._demo_serve import serve
 
+    if note is not None:
+        err.print(note, style="yellow", soft_wrap=True, highlight=False, markup=False)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(exit_code_on_signal(serve))
+        asyncio.run(exit_code_on_signal(lambda: serve(plans)))
     # Ctrl-C, SIGTERM and SIGHUP are the way to stop a server: the servers are down by now.
     err.print("dsh demo --serve: stopped", style="bold", highlight=False)
     return 0
@@ -264,9 +250,10 @@ def main(console: Console | None = None, *, serve: bool = False) -> int:
 
     out = console if console is not None else Console()
     err = Console(stderr=True) if console is None else out
-    problem = missing_providers(installed_provider_kinds())
-    if serve and problem is None:
-        return _serve(err)
+    if serve:
+        plans, problem, note = _plans()
+        if problem is None:
+            return _serve(plans, note, err)
     reports: list[DemoReport] = []
 
     async def demo() -> int:

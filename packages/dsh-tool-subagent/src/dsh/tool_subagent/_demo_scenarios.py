@@ -3,49 +3,35 @@
 A scenario is an async function of the :class:`Stage` that returns ``(ok, outcome)``: ``ok`` is
 whether it behaved exactly as expected (answer text, status lines, diagnostic text, process
 counts) and ``outcome`` is the short text shown in the table. Concurrent scenarios are told apart
-on the loopback model servers by a token in their task text.
+on the loopback model servers by a token in their task text. The scenarios are product-neutral:
+each installed provider's ``demo()`` plan (``dsh.subagent.DemoPlan``) says which ones it takes
+part in and scripts its own model for them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dsh.subagent import DemoModel, DemoScenario
 from dsh.subprocess import marked_processes
 from dsh.tool_subagent._harness import Harness
 from dsh.tool_subagent._tool import Caller
 
 __all__ = [
-    "CLAUDE",
-    "CODEX",
     "Scenario",
     "Stage",
     "owned_marked_processes",
     "scenario_phases",
 ]
 
-CODEX = "Codex"
-CLAUDE = "Claude Code"
-TOOL_NAMES = {CODEX: "subagent_codex", CLAUDE: "subagent_claude_code"}
-
 #: Bounds every wait on the model servers and on jobs (each scenario is also bounded as a whole).
 WAIT_S = 10.0
 _POLL_S = 0.05
 KILL_REASON = "stopped by the demo"
-#: A secret-looking error body: it must never reach the model-visible text.
-ERROR_BODY = "demo-error-body sk-demo-never-shown"
-
-CODEX_FAILURE = (
-    "Product subagent failure (product: Codex; stage: turn; category: httpConnectionFailed;"
-    " HTTP status: 503)"
-)
-CLAUDE_FAILURE = (
-    "Product subagent failure (product: Claude Code; stage: query-run; category: authentication;"
-    " HTTP status: 401; exit code: 1)"
-)
 
 
 def owned_marked_processes(owner_pid: int | None = None) -> list[int]:
@@ -60,33 +46,31 @@ def owned_marked_processes(owner_pid: int | None = None) -> list[int]:
 
 @dataclass
 class Stage:
-    """What every scenario shares: the harness, the loopback servers and the calling session.
+    """What every scenario shares: the harness, the calling session and each product's model.
 
-    ``script_codex(token, behaviour)`` and ``script_claude(token, kind, **fields)`` queue a model
-    behaviour for the requests that carry ``token`` in their task; ``codex_tasks`` /
-    ``claude_tasks`` list the task texts the servers have seen.
+    ``models`` and ``tools`` map a product to its scripted loopback model and the name of its
+    delegation tool; ``leftover()`` lists the processes the installed plans find still alive.
     """
 
     harness: Harness
     caller: Caller
-    script_codex: Callable[[str, Any], None]
-    script_claude: Callable[..., None]
-    codex_tasks: Callable[[], list[str]]
-    claude_tasks: Callable[[], list[str]]
+    models: dict[str, DemoModel]
+    tools: dict[str, str]
+    leftover: Callable[[], list[int]]
 
     async def call(self, product: str, arguments: dict[str, Any]) -> Any:
-        return await self.harness.tool(TOOL_NAMES[product]).call(arguments, self.caller)
+        return await self.harness.tool(self.tools[product]).call(arguments, self.caller)
 
     async def job_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         return await self.harness.tool(name).call(arguments, self.caller)
 
     async def live_processes(self) -> list[int]:
-        """Pids carrying a dsh tree marker owned by this process (scanned off the loop)."""
-        return sorted(await asyncio.to_thread(owned_marked_processes))
+        """Pids the plans' leftover checks find (scanned off the loop)."""
+        return sorted(await asyncio.to_thread(self.leftover))
 
     async def request_seen(self, product: str, token: str) -> None:
         """Wait (bounded) until the product's request for ``token`` reached its model server."""
-        tasks = self.codex_tasks if product == CODEX else self.claude_tasks
+        tasks = self.models[product].tasks_seen
         async with asyncio.timeout(WAIT_S):
             while not any(token in task for task in tasks()):  # noqa: ASYNC110 - bounded poll
                 await asyncio.sleep(_POLL_S)
@@ -104,26 +88,6 @@ def _unexpected(expected: str, got: str) -> tuple[bool, str]:
     return False, f"expected {_shown(expected)!r}, got {_shown(got)!r}"
 
 
-def _script_answer(stage: Stage, product: str, token: str, answer: str) -> None:
-    if product == CODEX:
-        from dsh.subagent_codex.testing import MessageItem, Reply
-
-        stage.script_codex(token, Reply((MessageItem(answer),)))
-    else:
-        stage.script_claude(token, "text", text=answer)
-
-
-def _script_busy_turn(stage: Stage, product: str, token: str) -> None:
-    """Codex is told to run a long ``sleep``; the Claude Code model request stalls."""
-    if product == CODEX:
-        from dsh.subagent_codex.testing import FunctionCallItem, Reply
-
-        command = {"cmd": "sleep 30", "login": False, "yield_time_ms": 20000}
-        stage.script_codex(token, Reply((FunctionCallItem("exec_command", command),)))
-    else:
-        stage.script_claude(token, "stall")
-
-
 def _task(token: str, ask: str) -> dict[str, Any]:
     return {"description": f"demo {token.lower()}", "prompt": f"{ask} (demo task {token})"}
 
@@ -132,7 +96,7 @@ def foreground(product: str) -> Callable[[Stage], Awaitable[tuple[bool, str]]]:
     async def scenario(stage: Stage) -> tuple[bool, str]:
         token = f"FG-{product.split()[0].upper()}"
         answer = f"Hello from {product}."
-        _script_answer(stage, product, token, answer)
+        stage.models[product].answer(token, answer)
         result = await stage.call(product, _task(token, "Say hello in one sentence."))
         if result.is_error or result.text != answer:
             return _unexpected(answer, result.text)
@@ -145,7 +109,7 @@ def background(product: str) -> Callable[[Stage], Awaitable[tuple[bool, str]]]:
     async def scenario(stage: Stage) -> tuple[bool, str]:
         token = f"BG-{product.split()[0].upper()}"
         answer = f"{product} finished in the background."
-        _script_answer(stage, product, token, answer)
+        stage.models[product].answer(token, answer)
         arguments = _task(token, "Finish a task in the background.")
         started = await stage.call(product, {**arguments, "run_in_background": True})
         if started.is_error or not started.text.startswith("started background subagent job "):
@@ -165,20 +129,12 @@ def background(product: str) -> Callable[[Stage], Awaitable[tuple[bool, str]]]:
 def failure(product: str) -> Callable[[Stage], Awaitable[tuple[bool, str]]]:
     async def scenario(stage: Stage) -> tuple[bool, str]:
         token = f"FAIL-{product.split()[0].upper()}"
-        if product == CODEX:
-            from dsh.subagent_codex.testing import HttpStatus
-
-            body = {"error": {"message": ERROR_BODY, "code": "server_error"}}
-            stage.script_codex(token, HttpStatus(503, body))
-            diagnostic, cause = CODEX_FAILURE, "HTTP 503"
-        else:
-            stage.script_claude(token, "http_error", status=401, body=ERROR_BODY)
-            diagnostic, cause = CLAUDE_FAILURE, "HTTP 401"
+        failed = stage.models[product].fail(token)
         result = await stage.call(product, _task(token, "Try a task the model rejects."))
-        expected = f"subagent run failed\nDiagnostic: {diagnostic}"
+        expected = f"subagent run failed\nDiagnostic: {failed.diagnostic}"
         if not result.is_error or result.text != expected:
             return _unexpected(expected, result.text)
-        return True, f"{cause} → {diagnostic}"
+        return True, f"{failed.cause} → {failed.diagnostic}"
 
     return scenario
 
@@ -186,7 +142,7 @@ def failure(product: str) -> Callable[[Stage], Awaitable[tuple[bool, str]]]:
 async def cancel_with_job_kill(stage: Stage, product: str) -> tuple[bool, str]:
     """Background run stalled mid-turn, stopped with ``job_kill``; then no process is left."""
     token = f"KILL-{product.split()[0].upper()}"
-    _script_busy_turn(stage, product, token)
+    stage.models[product].busy(token)
     arguments = {**_task(token, "Work on a long task."), "run_in_background": True}
     started = await stage.call(product, arguments)
     if started.is_error:
@@ -209,7 +165,7 @@ async def cancel_with_job_kill(stage: Stage, product: str) -> tuple[bool, str]:
 async def cancel_tool_call(stage: Stage, product: str) -> tuple[bool, str]:
     """A foreground tool call stalled mid-turn and cancelled by its caller leaves no process."""
     token = f"CANCEL-{product.split()[0].upper()}"
-    _script_busy_turn(stage, product, token)
+    stage.models[product].busy(token)
     call = asyncio.create_task(stage.call(product, _task(token, "Work on a long task.")))
     try:
         await stage.request_seen(product, token)
@@ -237,25 +193,54 @@ async def _tree_clean(stage: Stage, during: list[int], what: str) -> tuple[bool,
     return True, f"{what}; {counts}"
 
 
-def scenario_phases() -> list[list[Scenario]]:
+def cancel_via_job_kill(product: str) -> Callable[[Stage], Awaitable[tuple[bool, str]]]:
+    async def scenario(stage: Stage) -> tuple[bool, str]:
+        return await cancel_with_job_kill(stage, product)
+
+    return scenario
+
+
+def cancel_the_tool_call(product: str) -> Callable[[Stage], Awaitable[tuple[bool, str]]]:
+    async def scenario(stage: Stage) -> tuple[bool, str]:
+        return await cancel_tool_call(stage, product)
+
+    return scenario
+
+
+_BUILDERS: dict[DemoScenario, Callable[[str], Callable[[Stage], Awaitable[tuple[bool, str]]]]] = {
+    "foreground answer": foreground,
+    "background job": background,
+    "model failure": failure,
+    "cancel via job_kill": cancel_via_job_kill,
+    "cancel the tool call": cancel_the_tool_call,
+}
+#: Phases of scenarios run together; each cancellation then runs alone.
+_TOGETHER: tuple[tuple[DemoScenario, ...], ...] = (
+    ("foreground answer",),
+    ("background job", "model failure"),
+)
+_ALONE: tuple[DemoScenario, ...] = ("cancel via job_kill", "cancel the tool call")
+
+
+def scenario_phases(
+    takes_part: Sequence[tuple[str, Sequence[DemoScenario]]],
+) -> list[list[Scenario]]:
     """Phases run one after another; the scenarios of one phase run concurrently.
 
-    The first phase's Codex run bootstraps the shared ``CODEX_HOME`` (two cold Codex processes
-    racing on one home fail to initialise its sqlite state). Each cancellation runs alone, so
-    the process count it shows afterwards is its own.
+    ``takes_part`` lists each product (in table order) with the scenarios its plan names. The
+    first phase's runs bootstrap each product's shared home (two cold Codex processes racing on
+    one home fail to initialise its sqlite state). Each cancellation runs alone, so the process
+    count it shows afterwards is its own.
     """
 
-    async def kill_codex(stage: Stage) -> tuple[bool, str]:
-        return await cancel_with_job_kill(stage, CODEX)
+    def phase(names: Sequence[DemoScenario]) -> list[Scenario]:
+        return [
+            (name, product, _BUILDERS[name](product))
+            for name in names
+            for product, scenarios in takes_part
+            if name in scenarios
+        ]
 
-    async def cancel_claude(stage: Stage) -> tuple[bool, str]:
-        return await cancel_tool_call(stage, CLAUDE)
-
-    both = (CODEX, CLAUDE)
-    return [
-        [("foreground answer", product, foreground(product)) for product in both],
-        [("background job", product, background(product)) for product in both]
-        + [("model failure", product, failure(product)) for product in both],
-        [("cancel via job_kill", CODEX, kill_codex)],
-        [("cancel the tool call", CLAUDE, cancel_claude)],
-    ]
+    together = [phase(names) for names in _TOGETHER]
+    alone = [[scenario] for name in _ALONE for scenario in phase((name,))]
+    return [p for p in together if p] + alone

@@ -1,10 +1,11 @@
 """``dsh demo --serve``: the loopback model servers, and a profile for them, until stopped.
 
 It lets anyone try ``dsh run --profile`` or ``dsh mcp --profile`` against the real products with
-no key and no code: the Codex server answers every turn with :data:`CODEX_ANSWER`, the Claude
-Code server every request with :data:`CLAUDE_ANSWER`. The profile (TOML) is printed on stdout and
-also written next to the hermetic homes, under one temporary directory that is removed on the way
-out. Ctrl-C, SIGTERM and SIGHUP stop it cleanly (exit 0): they are its normal way to end.
+no key and no code: each installed provider's demo plan (``dsh.subagent.DemoPlan.serve``) brings
+a server that answers every request with the plan's ``serve_answer``. The profile (TOML) is
+printed on stdout and also written next to the hermetic homes, under one temporary directory
+that is removed on the way out. Ctrl-C, SIGTERM and SIGHUP stop it cleanly (exit 0): they are
+its normal way to end.
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ import json
 import shutil
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-__all__ = ["CLAUDE_ANSWER", "CODEX_ANSWER", "END_OF_PROFILE", "serve", "to_toml"]
+if TYPE_CHECKING:
+    from dsh.tool_subagent._demo_plans import InstalledPlan
 
-CODEX_ANSWER = "Hello from Codex, through the dsh loopback model."
-CLAUDE_ANSWER = "Hello from Claude Code, through the dsh loopback model."
+__all__ = ["END_OF_PROFILE", "serve", "to_toml"]
+
 #: The profile's last line (a TOML comment), so a reader knows the profile is complete.
 END_OF_PROFILE = "# end of profile: the servers stay up until Ctrl-C, SIGTERM or SIGHUP"
 _BARE_KEY = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
@@ -68,21 +71,19 @@ def to_toml(data: Mapping[str, Any]) -> str:
     return "\n".join(_lines(data, ())).lstrip("\n") + "\n"
 
 
-async def serve(out: TextIO | None = None, err: TextIO | None = None) -> int:
+async def serve(
+    plans: Sequence[InstalledPlan], out: TextIO | None = None, err: TextIO | None = None
+) -> int:
     """Serve until cancelled; the servers stop and the directory goes before this returns."""
-    from dsh.subagent_claude_code.testing import FakeMessagesServer
-    from dsh.subagent_codex.testing import FakeResponsesServer, MessageItem, Reply
-    from dsh.tool_subagent._demo import demo_profile
+    from dsh.tool_subagent._demo_plans import demo_profile
 
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr
     root = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="dsh-demo-serve-"))
     try:
-        async with (
-            FakeResponsesServer(default=Reply((MessageItem(CODEX_ANSWER),))) as codex,
-            FakeMessagesServer(default_text=CLAUDE_ANSWER) as claude,
-        ):
-            text = to_toml(demo_profile(root, codex.base_url, claude.base_url))
+        async with AsyncExitStack() as stack:
+            configs = [(p.kind, await stack.enter_async_context(p.plan.serve(root))) for p in plans]
+            text = to_toml(demo_profile(configs))
             text += END_OF_PROFILE + "\n"
             path = root / "profile.toml"
             path.write_text(text, encoding="utf-8")

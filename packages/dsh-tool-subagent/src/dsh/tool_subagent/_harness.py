@@ -21,9 +21,9 @@ from dsh.subagent import (
     SubagentService,
     SubagentStarted,
     installed_provider_kinds,
-    load_provider,
 )
 from dsh.tool_subagent._contract import Tool
+from dsh.tool_subagent._known_providers import load_provider
 from dsh.tool_subagent._tool import SubagentTool, SubagentToolConfig
 from dsh.tool_subagent.errors import MountError, ProfileError
 

@@ -1,0 +1,38 @@
+"""Codex's ``demo()`` hook, reached as ``dsh demo`` reaches it: through the entry point."""
+
+from __future__ import annotations
+
+import os
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from dsh.subagent import PROVIDER_ENTRY_POINT_GROUP, DemoFailure, DemoPlan
+from dsh.subagent_codex._demo import FAILURE, SERVE_ANSWER
+
+
+def _plan() -> DemoPlan:
+    (entry,) = [e for e in entry_points(group=PROVIDER_ENTRY_POINT_GROUP) if e.name == "codex"]
+    plan = entry.load().demo()
+    assert isinstance(plan, DemoPlan)
+    return plan
+
+
+async def test_the_plan_scripts_a_loopback_model_in_a_hermetic_home(tmp_path: Path) -> None:
+    plan = _plan()
+    assert plan.product == "Codex"
+    assert plan.scenarios == (
+        "foreground answer",
+        "background job",
+        "model failure",
+        "cancel via job_kill",
+    )
+    async with plan.model(tmp_path) as model:
+        env = model.provider_config()["env"]
+        assert env["CODEX_HOME"] == str(tmp_path / "codex-home")
+        assert "127.0.0.1" in (tmp_path / "codex-home" / "config.toml").read_text()
+        assert model.tasks_seen() == []
+        assert model.fail("FAIL-CODEX") == DemoFailure("HTTP 503", FAILURE)
+    assert plan.serve_answer == SERVE_ANSWER
+    async with plan.serve(tmp_path / "served") as config:
+        assert config["env"]["CODEX_HOME"] == str(tmp_path / "served" / "codex-home")
+    assert list(plan.leftover_processes(os.getpid())) == []
