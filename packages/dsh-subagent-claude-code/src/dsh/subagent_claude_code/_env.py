@@ -44,7 +44,7 @@ def forwarding(config: ClaudeCodeProviderConfig) -> EnvForwarding:
         keep=CLAUDE_CONFIG_DIR_ENV,
         forward=(*config.credential_env, *config.inherit_env),
         env=config.env,
-        tool_visible=tuple(config.tool_env),
+        tool_visible=config.tool_env,
     )
 
 

@@ -15,14 +15,15 @@ from typing import Any, Self
 from claude_agent_sdk import (
     AssistantMessage,
     ClaudeAgentOptions,
+    CLIConnectionError,
     PermissionResultAllow,
     PermissionResultDeny,
+    ProcessError,
     ResultMessage,
     SystemMessage,
     ToolPermissionContext,
     query,
 )
-from claude_agent_sdk._errors import CLIConnectionError, ProcessError
 
 from dsh.subagent import (
     CloseOnce,

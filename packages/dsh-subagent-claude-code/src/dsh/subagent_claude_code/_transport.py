@@ -10,8 +10,7 @@ import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
-from claude_agent_sdk import Transport
-from claude_agent_sdk._errors import CLIConnectionError, CLIJSONDecodeError, ProcessError
+from claude_agent_sdk import CLIConnectionError, CLIJSONDecodeError, ProcessError, Transport
 
 from dsh.subagent import CloseOnce
 from dsh.subprocess import ManagedProcess, ProcessOutcome, SpawnSpec, SubprocessRuntime
