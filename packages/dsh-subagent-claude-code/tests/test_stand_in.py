@@ -13,6 +13,7 @@ import pytest
 
 from dsh.subagent import ProductFailure, StopReason
 from dsh.subagent_claude_code import ClaudeCodeProviderConfig
+from dsh.subagent_claude_code import _transport as transport_module
 from dsh.subagent_claude_code.testing import provider_with_cli
 from dsh.subprocess import ManagedProcess, SpawnSpec, SubprocessRuntime, TeardownError
 
@@ -117,6 +118,21 @@ async def test_undecodable_frame_is_unknown_and_never_logged(
     for record in caplog.records:
         if record.levelno >= logging.INFO:
             assert secret not in record.getMessage()
+
+
+@pytest.mark.parametrize("scenario", ["oversized-result", "endless-line"])
+async def test_a_stdout_line_over_the_bound_fails_the_run(
+    tmp_path: Path, make_request: Any, monkeypatch: pytest.MonkeyPatch, scenario: str
+) -> None:
+    # The shared BoundedLines rule: a line over the bound fails the run whether it is complete
+    # (even a valid result frame) or still pending.
+    monkeypatch.setattr(transport_module, "MAX_LINE_BYTES", 1024)
+    run = await _provider(tmp_path, scenario).start(make_request("task", tmp_path))
+    result = await run.result()
+    await run.aclose()
+    assert result.stop_reason == StopReason.ERROR
+    assert result.diagnostic is not None
+    assert result.diagnostic.startswith(LINE.format("unknown")[:-1])
 
 
 async def test_stream_that_does_not_end_keeps_the_last_success(

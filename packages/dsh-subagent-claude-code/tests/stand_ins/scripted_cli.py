@@ -107,6 +107,12 @@ elif scenario == "bad-frame":
     sys.stdout.write("{not json " + os.environ.get("STANDIN_SECRET", "") + "\n")
     sys.stdout.flush()
     time.sleep(30)
+elif scenario == "oversized-result":
+    result(text="x" * 5000)  # one complete frame, larger than the test's 1 KiB bound
+elif scenario == "endless-line":
+    sys.stdout.write('{"type": "assistant", "text": "' + "x" * 5000)  # no newline, ever
+    sys.stdout.flush()
+    time.sleep(30)
 elif scenario == "late-results":
     result(text="FIRST-SUCCESS")
     time.sleep(30)
