@@ -71,7 +71,10 @@ send(
     }
 )
 prompt = receive()
-log({"prompt": prompt["message"]["content"]})
+content = prompt["message"]["content"]
+if isinstance(content, list):  # one text block per prompt block; logged joined, as the tests read
+    content = "".join(block["text"] for block in content)
+log({"prompt": content})
 send({"type": "system", "subtype": "init", "session_id": "s"})
 scenario = os.environ["STANDIN_SCENARIO"]
 if scenario in ("elicitation-only", "elicitation-then-success"):
