@@ -76,3 +76,22 @@ def test_the_shared_checks_name_the_field(fields: dict[str, object], field: str)
 def test_frozen() -> None:
     with pytest.raises(pydantic.ValidationError):
         _Config().nice = 3  # type: ignore[misc]
+
+
+def test_env_forwarding_is_built_from_the_shared_fields() -> None:
+    config = _Config(
+        env={"SET": "1"},
+        inherit_env=("INHERITED",),
+        credential_env=("KEY",),
+        tool_env=("INHERITED",),
+        env_policy="core",
+    )
+    forwarding = config.env_forwarding(keep=("PRODUCT_HOME",))
+    assert forwarding.policy == "core"
+    assert forwarding.keep == ("PRODUCT_HOME",)
+    assert forwarding.forward == ("KEY", "INHERITED")
+    assert forwarding.env == {"SET": "1"}
+    assert forwarding.tool_visible == ("INHERITED",)
+    ambient = {"KEY": "k", "INHERITED": "i", "PRODUCT_HOME": "/h", "OTHER": "o"}
+    # core: everything not allow-listed is unset, except the kept config dir.
+    assert forwarding.overlay(ambient) == {"KEY": "k", "INHERITED": "i", "OTHER": None, "SET": "1"}

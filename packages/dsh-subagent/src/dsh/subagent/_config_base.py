@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from dsh.subagent._env_config import check_env_names, check_env_overlay
-from dsh.subprocess import MAX_GRACE_MS, EnvPolicy
+from dsh.subprocess import MAX_GRACE_MS, EnvForwarding, EnvPolicy
 
 __all__ = ["ProviderConfigBase"]
 
@@ -39,6 +39,20 @@ class ProviderConfigBase(BaseModel):
     stderr: Literal["forward", "discard"] = "forward"
     nice: int | None = Field(default=10, ge=0, le=19, strict=True)
     """The product tree's CPU niceness (see ``SpawnSpec.nice``); None keeps the harness's."""
+
+    def env_forwarding(self, keep: tuple[str, ...] = ()) -> EnvForwarding:
+        """The env fields as one ``EnvForwarding``; ``keep`` names the product's config dirs.
+
+        ``credential_env`` then ``inherit_env`` are forwarded when set, ``env`` is laid on top,
+        ``tool_env`` names stay visible to tool commands, and ``keep`` survives the ``core`` policy.
+        """
+        return EnvForwarding(
+            policy=self.env_policy,
+            keep=keep,
+            forward=(*self.credential_env, *self.inherit_env),
+            env=self.env,
+            tool_visible=self.tool_env,
+        )
 
     @field_validator("env")
     @classmethod
