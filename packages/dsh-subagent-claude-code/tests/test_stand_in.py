@@ -14,7 +14,7 @@ import pytest
 from dsh.subagent import ProductFailure, StopReason
 from dsh.subagent_claude_code import ClaudeCodeProviderConfig
 from dsh.subagent_claude_code import _transport as transport_module
-from dsh.subagent_claude_code.testing import provider_with_cli
+from dsh.subagent_claude_code.testing import provider_with_program
 from dsh.subprocess import ManagedProcess, SpawnSpec, SubprocessRuntime, TeardownError
 
 SCRIPT = Path(__file__).parent / "stand_ins" / "scripted_cli.py"
@@ -27,7 +27,7 @@ def _provider(tmp_path: Path, scenario: str, **fields: Any) -> Any:
     env = {"STANDIN_SCENARIO": scenario, "STANDIN_LOG": str(tmp_path / "log.jsonl")}
     env.update(fields.pop("env", {}))
     config = ClaudeCodeProviderConfig(env=env, **fields)
-    return provider_with_cli(config, [sys.executable, str(SCRIPT)])
+    return provider_with_program(config, [sys.executable, str(SCRIPT)])
 
 
 def _log(tmp_path: Path) -> list[dict[str, Any]]:
@@ -177,7 +177,7 @@ async def test_startup_and_rollback_failure_raise_an_exception_group(
 ) -> None:
     env = {"STANDIN_SCENARIO": "die-at-start", "STANDIN_LOG": str(tmp_path / "log.jsonl")}
     runtime = _FailingTeardownRuntime()
-    provider = provider_with_cli(
+    provider = provider_with_program(
         ClaudeCodeProviderConfig(env=env), [sys.executable, str(SCRIPT)], runtime=runtime
     )
     with pytest.raises(ExceptionGroup) as caught:
