@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 import pydantic
 import pytest
 
+from dsh.subagent import kit
 from dsh.subagent.kit import ProviderConfigBase
 from dsh.subagent_claude_code import ClaudeCodeProviderConfig
 from dsh.subagent_codex import CodexProviderConfig
-from dsh.subprocess import MAX_GRACE_MS
+from dsh.subprocess import ENV_POLICIES, MAX_GRACE_MS
 
 CONFIGS: list[type[ProviderConfigBase]] = [CodexProviderConfig, ClaudeCodeProviderConfig]
 SHARED = set(ProviderConfigBase.model_fields)
+
+
+def test_the_seam_restates_the_spawn_layers_facts_exactly() -> None:
+    assert kit.MAX_GRACE_MS == MAX_GRACE_MS
+    assert get_args(kit.EnvPolicy) == ENV_POLICIES
 
 
 @pytest.mark.parametrize("config", CONFIGS)

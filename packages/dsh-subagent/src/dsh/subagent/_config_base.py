@@ -14,9 +14,17 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from dsh.subagent._env_config import check_env_names, check_env_overlay
-from dsh.subprocess import MAX_GRACE_MS, EnvForwarding, EnvPolicy
 
-__all__ = ["ProviderConfigBase"]
+__all__ = ["MAX_GRACE_MS", "EnvPolicy", "ProviderConfigBase"]
+
+# The seam does not depend on dsh.subprocess (dsh-subagent's only requirement is pydantic), so the
+# two spawn-layer facts the config checks are restated here; tests-e2e/test_provider_config_base.py
+# fails if they ever differ from dsh.subprocess's ``MAX_GRACE_MS`` and ``ENV_POLICIES``.
+MAX_GRACE_MS = 2_147_483_647
+"""The longest ``dispose_grace_ms`` (``SpawnSpec.grace_ms``'s bound in dsh.subprocess)."""
+
+EnvPolicy = Literal["scrub", "core"]
+"""The env policies of ``dsh.subprocess`` (``scrub`` or ``core``)."""
 
 
 class ProviderConfigBase(BaseModel):
@@ -39,20 +47,6 @@ class ProviderConfigBase(BaseModel):
     stderr: Literal["forward", "discard"] = "forward"
     nice: int | None = Field(default=10, ge=0, le=19, strict=True)
     """The product tree's CPU niceness (see ``SpawnSpec.nice``); None keeps the harness's."""
-
-    def env_forwarding(self, keep: tuple[str, ...] = ()) -> EnvForwarding:
-        """The env fields as one ``EnvForwarding``; ``keep`` names the product's config dirs.
-
-        ``credential_env`` then ``inherit_env`` are forwarded when set, ``env`` is laid on top,
-        ``tool_env`` names stay visible to tool commands, and ``keep`` survives the ``core`` policy.
-        """
-        return EnvForwarding(
-            policy=self.env_policy,
-            keep=keep,
-            forward=(*self.credential_env, *self.inherit_env),
-            env=self.env,
-            tool_visible=self.tool_env,
-        )
 
     @field_validator("env")
     @classmethod

@@ -4,15 +4,14 @@
 and discovery). This submodule gathers what only a provider implements with: the request checks
 every product provider applies before spawning, the safe-diagnostic helpers, the result latch,
 the close-once helper, the ``doctor()`` row builders, the env checks and the config base with the
-fields both product providers share. The names other than ``ProviderConfigBase`` are also still
-importable from :mod:`dsh.subagent` (the tool layer uses ``CloseOnce`` and ``DoctorCheck``);
-``ProviderConfigBase`` lives here only, so importing the harness seam does not import
-``dsh.subprocess``.
+fields both product providers share. The names other than ``ProviderConfigBase`` and its two
+constants are also still importable from :mod:`dsh.subagent` (the tool layer uses ``CloseOnce``
+and ``DoctorCheck``).
 """
 
 from dsh.subagent._checks import check_one_shot_request
 from dsh.subagent._closing import CloseOnce
-from dsh.subagent._config_base import ProviderConfigBase
+from dsh.subagent._config_base import MAX_GRACE_MS, EnvPolicy, ProviderConfigBase
 from dsh.subagent._diagnostics import (
     MAX_DIAGNOSTIC_BYTES,
     FailureFacts,
@@ -26,8 +25,10 @@ from dsh.subagent.errors import ProductFailure
 
 __all__ = [
     "MAX_DIAGNOSTIC_BYTES",
+    "MAX_GRACE_MS",
     "CloseOnce",
     "DoctorCheck",
+    "EnvPolicy",
     "FailureFacts",
     "ProductFailure",
     "ProviderConfigBase",
