@@ -13,7 +13,7 @@ from typing import Any
 import psutil
 import pytest
 
-from dsh.subagent import StopReason
+from dsh.subagent import Descriptor, Parent, ResolvedStartRequest, StopReason, TextBlock
 from dsh.subagent_claude_code import ClaudeCodeRun
 from dsh.subagent_claude_code.testing import FakeMessagesServer
 from dsh.subprocess import SpawnSpec, SubprocessRuntime, marked_processes, reap_orphans_once
@@ -48,6 +48,28 @@ async def test_task_key_model_and_answer(
     assert req.model == "claude-sonnet-5-5"
     assert req.query == "beta=true"
     assert not any(workspace.iterdir())  # noqa: ASYNC240
+
+
+async def test_a_prompt_of_two_blocks_reaches_the_model_as_two_text_blocks(
+    server: FakeMessagesServer, make_provider: Any, workspace: Path
+) -> None:
+    # The one rule for several blocks (as Codex's input items): one user message, one text
+    # block per prompt block, in order, nothing added between them.
+    request = ResolvedStartRequest(
+        prompt=(TextBlock("say hi "), TextBlock("please")),
+        parent=Parent(session_id="s", cwd=str(workspace)),
+        descriptor=Descriptor(provider="claude-code"),
+    )
+    server.queue_text(ANSWER)
+    run = await make_provider().start(request)
+    result = await run.result()
+    await run.aclose()
+    assert result.stop_reason == StopReason.COMPLETED
+    [req] = server.requests
+    [first_user] = [m for m in (req.body or {})["messages"] if m.get("role") == "user"][:1]
+    texts = [b["text"] for b in first_user["content"] if b.get("type") == "text"]
+    assert texts[-2:] == ["say hi ", "please"]
+    assert req.task == "please"
 
 
 async def test_two_named_instances_concurrently(

@@ -13,7 +13,8 @@ import pytest
 
 from dsh.subagent import ProductFailure, StopReason
 from dsh.subagent_claude_code import ClaudeCodeProviderConfig
-from dsh.subagent_claude_code.testing import provider_with_cli
+from dsh.subagent_claude_code import _transport as transport_module
+from dsh.subagent_claude_code.testing import provider_with_program
 from dsh.subprocess import ManagedProcess, SpawnSpec, SubprocessRuntime, TeardownError
 
 SCRIPT = Path(__file__).parent / "stand_ins" / "scripted_cli.py"
@@ -26,7 +27,7 @@ def _provider(tmp_path: Path, scenario: str, **fields: Any) -> Any:
     env = {"STANDIN_SCENARIO": scenario, "STANDIN_LOG": str(tmp_path / "log.jsonl")}
     env.update(fields.pop("env", {}))
     config = ClaudeCodeProviderConfig(env=env, **fields)
-    return provider_with_cli(config, [sys.executable, str(SCRIPT)])
+    return provider_with_program(config, [sys.executable, str(SCRIPT)])
 
 
 def _log(tmp_path: Path) -> list[dict[str, Any]]:
@@ -119,6 +120,21 @@ async def test_undecodable_frame_is_unknown_and_never_logged(
             assert secret not in record.getMessage()
 
 
+@pytest.mark.parametrize("scenario", ["oversized-result", "endless-line"])
+async def test_a_stdout_line_over_the_bound_fails_the_run(
+    tmp_path: Path, make_request: Any, monkeypatch: pytest.MonkeyPatch, scenario: str
+) -> None:
+    # The shared BoundedLines rule: a line over the bound fails the run whether it is complete
+    # (even a valid result frame) or still pending.
+    monkeypatch.setattr(transport_module, "MAX_LINE_BYTES", 1024)
+    run = await _provider(tmp_path, scenario).start(make_request("task", tmp_path))
+    result = await run.result()
+    await run.aclose()
+    assert result.stop_reason == StopReason.ERROR
+    assert result.diagnostic is not None
+    assert result.diagnostic.startswith(LINE.format("unknown")[:-1])
+
+
 async def test_stream_that_does_not_end_keeps_the_last_success(
     tmp_path: Path, make_request: Any
 ) -> None:
@@ -161,7 +177,7 @@ async def test_startup_and_rollback_failure_raise_an_exception_group(
 ) -> None:
     env = {"STANDIN_SCENARIO": "die-at-start", "STANDIN_LOG": str(tmp_path / "log.jsonl")}
     runtime = _FailingTeardownRuntime()
-    provider = provider_with_cli(
+    provider = provider_with_program(
         ClaudeCodeProviderConfig(env=env), [sys.executable, str(SCRIPT)], runtime=runtime
     )
     with pytest.raises(ExceptionGroup) as caught:

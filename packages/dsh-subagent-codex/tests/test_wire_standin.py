@@ -16,7 +16,7 @@ import pytest
 from dsh.subagent import ProductFailure, StopReason, SubagentResult, TextBlock
 from dsh.subagent_codex import CodexProvider, CodexProviderConfig
 from dsh.subagent_codex._mapping import OBJECT_VARIANTS, STRING_VARIANTS
-from dsh.subagent_codex.testing import make_start_request
+from dsh.subagent_codex.testing import make_start_request, provider_with_program
 
 STANDIN = Path(__file__).with_name("standin_app_server.py")
 CANARY = "SECRET-CANARY"
@@ -46,8 +46,8 @@ def standin(
         dispose_grace_ms=2000,
         permission_mode=mode,
     )
-    provider = CodexProvider(
-        config, _program=[sys.executable, str(STANDIN)], _max_line_bytes=max_line
+    provider = provider_with_program(
+        config, [sys.executable, str(STANDIN)], max_line_bytes=max_line
     )
     return provider, log
 

@@ -194,3 +194,28 @@ async def test_widened_scrub_and_core_tombstones_reach_a_real_child(
     core = await _child_env(runtime, {**policy_overlay("core"), "GIVEN_X": "1"})
     assert {"GIVEN_X", "PATH", TREE_MARKER_ENV} <= set(core)
     assert not {"SSH_AUTH_SOCK", "GIT_AUTHOR_NAME", "PYTHONPATH"} & set(core)
+
+
+def test_env_forwarding_of_a_provider_config() -> None:
+    from dataclasses import dataclass, field
+
+    from dsh.subprocess import EnvForwarding, EnvPolicy
+
+    @dataclass(frozen=True)
+    class Config:
+        env_policy: EnvPolicy = "core"
+        credential_env: tuple[str, ...] = ("KEY",)
+        inherit_env: tuple[str, ...] = ("INHERITED",)
+        env: dict[str, str] = field(default_factory=lambda: {"SET": "1"})
+        tool_env: tuple[str, ...] = ("INHERITED",)
+
+    forwarding = EnvForwarding.of(Config(), keep=("PRODUCT_HOME",))
+    assert forwarding == EnvForwarding(
+        policy="core",
+        keep=("PRODUCT_HOME",),
+        forward=("KEY", "INHERITED"),
+        env={"SET": "1"},
+        tool_visible=("INHERITED",),
+    )
+    ambient = {"KEY": "k", "INHERITED": "i", "PRODUCT_HOME": "/h", "OTHER": "o"}
+    assert forwarding.overlay(ambient) == {"KEY": "k", "INHERITED": "i", "OTHER": None, "SET": "1"}

@@ -71,7 +71,10 @@ send(
     }
 )
 prompt = receive()
-log({"prompt": prompt["message"]["content"]})
+content = prompt["message"]["content"]
+if isinstance(content, list):  # one text block per prompt block; logged joined, as the tests read
+    content = "".join(block["text"] for block in content)
+log({"prompt": content})
 send({"type": "system", "subtype": "init", "session_id": "s"})
 scenario = os.environ["STANDIN_SCENARIO"]
 if scenario in ("elicitation-only", "elicitation-then-success"):
@@ -105,6 +108,12 @@ elif scenario == "no-result":
     pass
 elif scenario == "bad-frame":
     sys.stdout.write("{not json " + os.environ.get("STANDIN_SECRET", "") + "\n")
+    sys.stdout.flush()
+    time.sleep(30)
+elif scenario == "oversized-result":
+    result(text="x" * 5000)  # one complete frame, larger than the test's 1 KiB bound
+elif scenario == "endless-line":
+    sys.stdout.write('{"type": "assistant", "text": "' + "x" * 5000)  # no newline, ever
     sys.stdout.flush()
     time.sleep(30)
 elif scenario == "late-results":

@@ -39,13 +39,7 @@ _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def forwarding(config: ClaudeCodeProviderConfig) -> EnvForwarding:
     """The config's env fields as one ``EnvForwarding`` (overlay, names, hidden names)."""
-    return EnvForwarding(
-        policy=config.env_policy,
-        keep=CLAUDE_CONFIG_DIR_ENV,
-        forward=(*config.credential_env, *config.inherit_env),
-        env=config.env,
-        tool_visible=tuple(config.tool_env),
-    )
+    return EnvForwarding.of(config, keep=CLAUDE_CONFIG_DIR_ENV)
 
 
 def tool_env_script(config: ClaudeCodeProviderConfig) -> str:

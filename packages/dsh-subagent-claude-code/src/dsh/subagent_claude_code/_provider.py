@@ -96,7 +96,6 @@ class ClaudeCodeProvider:
 
     async def start(self, request: ResolvedStartRequest) -> ClaudeCodeRun:
         cwd, texts = check_one_shot_request(request, prefix=PREFIX, unusable_cwd=_start_failure)
-        prompt = "".join(texts)
         await reap_orphans_once()
         argv = self._argv()
         # One run-owned dir (removed with the run): the private TMPDIR when enabled, and always
@@ -116,7 +115,7 @@ class ClaudeCodeProvider:
         run = ClaudeCodeRun(self.config, spec, self._runtime or default_runtime(), run_dir)
         try:
             await run.spawn()
-            run.begin(prompt)
+            run.begin(texts)
             await run.wait_ready()
         except BaseException as error:
             await self._rollback(run, error)

@@ -8,21 +8,22 @@ import dataclasses
 import logging
 import shutil
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import Any, Self
 
 from claude_agent_sdk import (
     AssistantMessage,
     ClaudeAgentOptions,
+    CLIConnectionError,
     PermissionResultAllow,
     PermissionResultDeny,
+    ProcessError,
     ResultMessage,
     SystemMessage,
     ToolPermissionContext,
     query,
 )
-from claude_agent_sdk._errors import CLIConnectionError, ProcessError
 
 from dsh.subagent import (
     CloseOnce,
@@ -134,9 +135,10 @@ class ClaudeCodeRun:
         """
         await self._transport.connect()
 
-    def begin(self, prompt: str) -> None:
+    def begin(self, texts: Sequence[str]) -> None:
         can_use_tool = None if self._mode == "bypassPermissions" else self._can_use_tool
         options = ClaudeAgentOptions(can_use_tool=can_use_tool)
+        prompt = _one_user_message(texts)
         messages = query(prompt=prompt, options=options, transport=self._transport)
         self._task = asyncio.get_running_loop().create_task(self._consume(messages))
         self._task.add_done_callback(self._on_consumer_done)
@@ -312,3 +314,18 @@ class ClaudeCodeRun:
         if self._tmp_dir is not None:
             path, self._tmp_dir = self._tmp_dir, None
             await asyncio.to_thread(shutil.rmtree, path, True)
+
+
+async def _one_user_message(texts: Sequence[str]) -> AsyncIterator[dict[str, Any]]:
+    """The task as one user message with one text block per prompt block.
+
+    The rule both providers follow (Codex sends one input item per block): the model sees the
+    blocks in order, as separate text parts, with no separator added.
+    """
+    blocks = [{"type": "text", "text": text} for text in texts]
+    yield {
+        "type": "user",
+        "session_id": "",
+        "message": {"role": "user", "content": blocks},
+        "parent_tool_use_id": None,
+    }

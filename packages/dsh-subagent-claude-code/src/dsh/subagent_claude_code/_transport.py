@@ -10,11 +10,17 @@ import os
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
-from claude_agent_sdk import Transport
-from claude_agent_sdk._errors import CLIConnectionError, CLIJSONDecodeError, ProcessError
+from claude_agent_sdk import CLIConnectionError, CLIJSONDecodeError, ProcessError, Transport
 
 from dsh.subagent import CloseOnce
-from dsh.subprocess import ManagedProcess, ProcessOutcome, SpawnSpec, SubprocessRuntime
+from dsh.subprocess import (
+    BoundedLines,
+    LineTooLong,
+    ManagedProcess,
+    ProcessOutcome,
+    SpawnSpec,
+    SubprocessRuntime,
+)
 
 __all__ = ["DshTransport"]
 
@@ -22,7 +28,6 @@ _log = logging.getLogger("dsh.subagent_claude_code")
 
 MAX_LINE_BYTES = 64 * 1024 * 1024
 """One stdout frame may be this large (the asyncio ``readline()`` default of 64 KiB is not)."""
-_READ_CHUNK = 256 * 1024
 _EOF_AFTER_EXIT_S = 0.5
 """How long stdout may stay open after the CLI exited (a descendant holding the pipe)."""
 
@@ -160,24 +165,19 @@ class DshTransport(Transport):
         process = self.process
         if process is None or process.stdout is None:
             raise CLIConnectionError("not connected")
-        reader = process.stdout
-        pending = bytearray()
-        while True:
-            chunk = await reader.read(_READ_CHUNK)
-            if not chunk:
-                break
-            pending += chunk
-            while (end := pending.find(b"\n")) >= 0:
-                line = bytes(pending[:end])
-                del pending[: end + 1]
+        lines = BoundedLines(process.stdout, MAX_LINE_BYTES)
+        try:
+            async for line in lines:
                 message = self._parse(line)
                 if message is not None and not await self._intercept(message):
                     yield message
-            if len(pending) > MAX_LINE_BYTES:
-                raise CLIJSONDecodeError("<oversized stdout frame>", ValueError("frame too large"))
-        if pending.strip():
+        except LineTooLong:
+            raise CLIJSONDecodeError(
+                "<oversized stdout frame>", ValueError("frame too large")
+            ) from None
+        if lines.tail.strip():
             with contextlib.suppress(CLIJSONDecodeError):
-                message = self._parse(bytes(pending))
+                message = self._parse(lines.tail)
                 if message is not None and not await self._intercept(message):
                     yield message
         outcome = await process.wait()

@@ -1,15 +1,20 @@
 """Test and demo helpers shipped in the wheel.
 
 ``FakeMessagesServer`` is an Anthropic Messages API on 127.0.0.1; ``hermetic_env(root, base_url)``
-is the env overlay for a keyless run of the real CLI against it. ``provider_with_cli`` builds a
-provider that runs a scripted stand-in program instead of the bundled CLI: it exists for protocol
-branches the real CLI cannot be made to produce, and no config or profile can reach it.
+is the env overlay for a keyless run of the real CLI against it. ``provider_with_program`` (also
+``provider_with_cli``) builds a provider that runs a scripted stand-in program instead of the
+bundled CLI: it exists for protocol branches the real CLI cannot be made to produce, and no config
+or profile can reach it. ``make_start_request(cwd, *texts)`` builds a start request. Those two
+are the test hooks both product providers' ``testing`` modules offer under the same names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
+from dsh.subagent import ResolvedStartRequest
+from dsh.subagent.testing import start_request
 from dsh.subagent_claude_code._fake_server import (
     Behaviour,
     FakeMessagesServer,
@@ -25,17 +30,30 @@ __all__ = [
     "FakeMessagesServer",
     "RecordedRequest",
     "hermetic_env",
+    "make_start_request",
     "provider_with_cli",
+    "provider_with_program",
 ]
 
 
-def provider_with_cli(
+def provider_with_program(
     config: ClaudeCodeProviderConfig,
-    command: Sequence[str],
+    program: Sequence[str],
     *,
     runtime: SubprocessRuntime | None = None,
 ) -> ClaudeCodeProvider:
-    """A provider whose CLI is ``command`` (for example ``[sys.executable, "stand_in.py"]``)."""
+    """A provider whose CLI is ``program`` (for example ``[sys.executable, "stand_in.py"]``)."""
     provider = ClaudeCodeProvider(config, runtime=runtime)
-    provider._cli_command = tuple(command)
+    provider._cli_command = tuple(program)
     return provider
+
+
+#: The older name of ``provider_with_program``.
+provider_with_cli = provider_with_program
+
+
+def make_start_request(
+    cwd: str | Path | None, *texts: str, provider: str = "claude-code"
+) -> ResolvedStartRequest:
+    """A ``ResolvedStartRequest`` for ``texts`` from a parent whose cwd is ``cwd``."""
+    return start_request(cwd, *texts, provider=provider)

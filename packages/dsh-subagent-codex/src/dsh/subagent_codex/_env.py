@@ -24,13 +24,7 @@ CODEX_CONFIG_DIR_ENV = ("CODEX_HOME", "CODEX_SQLITE_HOME", "CODEX_CA_CERTIFICATE
 
 def forwarding(config: CodexProviderConfig) -> EnvForwarding:
     """The config's env fields as one ``EnvForwarding`` (overlay, names, hidden names)."""
-    return EnvForwarding(
-        policy=config.env_policy,
-        keep=CODEX_CONFIG_DIR_ENV,
-        forward=(*config.credential_env, *config.inherit_env),
-        env=config.env,
-        tool_visible=config.tool_env,
-    )
+    return EnvForwarding.of(config, keep=CODEX_CONFIG_DIR_ENV)
 
 
 def tool_env_override(config: CodexProviderConfig) -> dict[str, list[str]]:

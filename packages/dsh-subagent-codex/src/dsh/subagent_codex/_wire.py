@@ -8,14 +8,13 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from dsh.subprocess import BoundedLines, LineTooLong
+
 __all__ = ["MAX_LINE_BYTES", "LineTooLong", "RpcError", "Wire", "WireClosed", "read_frames"]
 
 MAX_LINE_BYTES = 8 * 1024 * 1024
-_CHUNK = 256 * 1024
-
-
-class LineTooLong(Exception):
-    """A stdout line exceeded the framing cap."""
+# ``LineTooLong`` (a stdout line exceeded the framing cap) is dsh.subprocess's, re-exported here
+# for the run's ``except`` clause.
 
 
 class WireClosed(Exception):
@@ -34,29 +33,14 @@ class RpcError(Exception):
 async def read_frames(stream: asyncio.StreamReader, max_line: int) -> AsyncIterator[dict[str, Any]]:
     """Yield each stdout line that parses as a JSON object; skip others; end at EOF.
 
-    Reads in chunks (independent of the stream's own line limit) and raises ``LineTooLong``
-    as soon as a pending line exceeds ``max_line`` bytes, so memory stays bounded.
+    ``BoundedLines`` reads in chunks (independent of the stream's own line limit) and raises
+    ``LineTooLong`` as soon as a pending line exceeds ``max_line`` bytes, so memory stays bounded.
+    An unterminated last line is dropped (the app-server ends every frame with a newline).
     """
-    buffer = bytearray()
-    while True:
-        chunk = await stream.read(_CHUNK)
-        if not chunk:
-            return
-        start = len(buffer)
-        buffer += chunk
-        newline = buffer.find(b"\n", start)
-        begin = 0
-        while newline != -1:
-            if newline - begin > max_line:
-                raise LineTooLong
-            frame = _parse(bytes(buffer[begin:newline]))
-            begin = newline + 1
-            if frame is not None:
-                yield frame
-            newline = buffer.find(b"\n", begin)
-        del buffer[:begin]
-        if len(buffer) > max_line:
-            raise LineTooLong
+    async for line in BoundedLines(stream, max_line):
+        frame = _parse(line)
+        if frame is not None:
+            yield frame
 
 
 def _parse(line: bytes) -> dict[str, Any] | None:

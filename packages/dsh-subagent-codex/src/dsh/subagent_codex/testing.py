@@ -3,15 +3,18 @@
 - ``FakeResponsesServer``: an OpenAI Responses API on 127.0.0.1 with queued behaviours.
 - ``write_codex_home(dir, base_url, model)``: a hermetic ``CODEX_HOME/config.toml``.
 - ``hermetic_env(home)``: the env overlay a provider needs to use that home.
+- ``make_start_request(cwd, *texts)`` and ``provider_with_program(config, program)``: the test
+  hooks both product providers' ``testing`` modules offer under the same names.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dsh.subagent_codex._config import CODEX_CREDENTIAL_ENV
+from dsh.subagent_codex._config import CODEX_CREDENTIAL_ENV, CodexProviderConfig
 from dsh.subagent_codex._fake_responses import (
     Behaviour,
     Drop,
@@ -25,6 +28,8 @@ from dsh.subagent_codex._fake_responses import (
     ResponseFailed,
     Stall,
 )
+from dsh.subagent_codex._provider import CodexProvider
+from dsh.subagent_codex._wire import MAX_LINE_BYTES
 
 __all__ = [
     "FAKE_API_KEY",
@@ -42,6 +47,7 @@ __all__ = [
     "Stall",
     "hermetic_env",
     "make_start_request",
+    "provider_with_program",
     "write_codex_home",
 ]
 
@@ -125,10 +131,17 @@ def hermetic_env(
 
 def make_start_request(cwd: str | Path | None, *texts: str, provider: str = "codex") -> Any:
     """A ``ResolvedStartRequest`` for ``texts`` from a parent whose cwd is ``cwd``."""
-    from dsh.subagent import Descriptor, Parent, ResolvedStartRequest, TextBlock
+    from dsh.subagent.testing import start_request
 
-    return ResolvedStartRequest(
-        prompt=tuple(TextBlock(t) for t in texts),
-        parent=Parent(session_id="dsh-test", cwd=None if cwd is None else str(cwd)),
-        descriptor=Descriptor(provider=provider),
-    )
+    return start_request(cwd, *texts, provider=provider)
+
+
+def provider_with_program(
+    config: CodexProviderConfig, program: Sequence[str], *, max_line_bytes: int = MAX_LINE_BYTES
+) -> CodexProvider:
+    """A provider that runs ``program app-server --listen stdio://`` instead of the pinned binary.
+
+    For protocol branches the real app-server cannot be made to produce (scripted stand-ins);
+    ``max_line_bytes`` lowers the stdout line bound. No config or profile can reach either.
+    """
+    return CodexProvider(config, _program=program, _max_line_bytes=max_line_bytes)

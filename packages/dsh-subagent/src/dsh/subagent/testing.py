@@ -2,9 +2,33 @@
 
 ``FakeProvider`` runs no process; ``run_provider_conformance`` checks any provider (the product
 providers run it against the real products) and raises ``AssertionError`` naming each violation.
+``start_request`` builds the request a provider's ``start()`` receives; each product provider's
+``testing`` module wraps it as ``make_start_request`` with its own descriptor name.
 """
+
+from __future__ import annotations
+
+from pathlib import Path
 
 from dsh.subagent._conformance import ConformanceReport, run_provider_conformance
 from dsh.subagent._fake import FakeProvider, FakeRun
+from dsh.subagent._types import Descriptor, Parent, ResolvedStartRequest, TextBlock
 
-__all__ = ["ConformanceReport", "FakeProvider", "FakeRun", "run_provider_conformance"]
+__all__ = [
+    "ConformanceReport",
+    "FakeProvider",
+    "FakeRun",
+    "run_provider_conformance",
+    "start_request",
+]
+
+
+def start_request(
+    cwd: str | Path | None, *texts: str, provider: str, session_id: str = "dsh-test"
+) -> ResolvedStartRequest:
+    """A ``ResolvedStartRequest`` of one text block per ``texts`` from a parent at ``cwd``."""
+    return ResolvedStartRequest(
+        prompt=tuple(TextBlock(text) for text in texts),
+        parent=Parent(session_id=session_id, cwd=None if cwd is None else str(cwd)),
+        descriptor=Descriptor(provider=provider),
+    )

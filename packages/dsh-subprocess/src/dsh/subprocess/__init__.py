@@ -15,11 +15,13 @@ from dsh.subprocess._env import (
     SENSITIVE_ENV_PATTERN,
     EnvForwarding,
     EnvPolicy,
+    ForwardingConfig,
     build_child_env,
     is_credential_env,
     policy_overlay,
     scrubbed_parent_env,
 )
+from dsh.subprocess._lines import READ_CHUNK_BYTES, BoundedLines
 from dsh.subprocess._orphans import marked_processes, reap_orphans, reap_orphans_once
 from dsh.subprocess._process import ManagedProcess
 from dsh.subprocess._procfs import TREE_MARKER_ENV
@@ -33,7 +35,7 @@ from dsh.subprocess._spec import (
     StdinSpec,
     StreamSpec,
 )
-from dsh.subprocess.errors import SpawnError, SubprocessError, TeardownError
+from dsh.subprocess.errors import LineTooLong, SpawnError, SubprocessError, TeardownError
 
 try:
     __version__ = _metadata.version("dsh-subprocess")
@@ -46,13 +48,17 @@ __all__ = [
     "DSH_ENV_PREFIX",
     "ENV_POLICIES",
     "MAX_GRACE_MS",
+    "READ_CHUNK_BYTES",
     "SCRUB_EXEMPT_NAMES",
     "SENSITIVE_ENV_PATTERN",
     "TREE_MARKER_ENV",
+    "BoundedLines",
     "Collect",
     "CollectedText",
     "EnvForwarding",
     "EnvPolicy",
+    "ForwardingConfig",
+    "LineTooLong",
     "ManagedProcess",
     "ProcessOutcome",
     "SpawnError",

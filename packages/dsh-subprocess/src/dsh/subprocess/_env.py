@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 __all__ = [
     "CORE_ENV_NAMES",
@@ -27,6 +27,7 @@ __all__ = [
     "SENSITIVE_ENV_PATTERN",
     "EnvForwarding",
     "EnvPolicy",
+    "ForwardingConfig",
     "build_child_env",
     "is_credential_env",
     "policy_overlay",
@@ -152,6 +153,24 @@ def build_child_env(
     return env
 
 
+class ForwardingConfig(Protocol):
+    """The env fields every product provider config has (``dsh.subagent.kit.ProviderConfigBase``).
+
+    ``EnvForwarding.of`` reads them, so both providers build their forwarding the same way.
+    """
+
+    @property
+    def env_policy(self) -> EnvPolicy: ...
+    @property
+    def credential_env(self) -> tuple[str, ...]: ...
+    @property
+    def inherit_env(self) -> tuple[str, ...]: ...
+    @property
+    def env(self) -> Mapping[str, str]: ...
+    @property
+    def tool_env(self) -> tuple[str, ...]: ...
+
+
 @dataclass(frozen=True)
 class EnvForwarding:
     """What a provider passes to its product, and what the product's tool commands must not see.
@@ -166,6 +185,17 @@ class EnvForwarding:
     forward: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     tool_visible: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, config: ForwardingConfig, keep: tuple[str, ...] = ()) -> EnvForwarding:
+        """A provider config's forwarding: ``credential_env`` then ``inherit_env``, then ``env``."""
+        return cls(
+            policy=config.env_policy,
+            keep=keep,
+            forward=(*config.credential_env, *config.inherit_env),
+            env=config.env,
+            tool_visible=config.tool_env,
+        )
 
     def overlay(self, environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
         """Policy tombstones, then the set ``forward`` names, then ``env``: a spawn overlay."""

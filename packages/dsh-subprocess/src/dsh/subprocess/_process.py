@@ -237,7 +237,7 @@ class ManagedProcess:
             await self._finish_tasks()
             clean = True
         except asyncio.CancelledError:
-            self._kill_sync()
+            self.kill_now()
             if await finish_despite_cancel(self.wait_for_exit(_KILL_CONFIRM_S)):
                 for task in self._tasks():
                     task.cancel()
@@ -246,7 +246,7 @@ class ManagedProcess:
             raise
         finally:
             if not clean:
-                self._kill_sync()
+                self.kill_now()
         self._close_transports()
         self._closed = True
 
@@ -261,10 +261,12 @@ class ManagedProcess:
     ) -> None:
         await self.aclose()
 
-    # ---- internals ------------------------------------------------------------------------
+    def kill_now(self, snap: Snapshot | None = None) -> bool:
+        """Last resort, no awaits: SIGKILL the whole tree now. True when a new member was hit.
 
-    def _kill_sync(self, snap: Snapshot | None = None) -> bool:
-        """Last resort, no awaits: SIGKILL the whole tree now. True when a new member was hit."""
+        For synchronous paths only (the host-exit hook); ``aclose()`` is the normal close. ``snap``
+        lets a caller killing several trees share one process-table scan.
+        """
         if self._tree.gone:
             return False
         now = time.monotonic()
@@ -278,6 +280,8 @@ class ManagedProcess:
         finally:
             with contextlib.suppress(Exception):
                 self._wake_sampler()
+
+    # ---- internals ------------------------------------------------------------------------
 
     def _wake_sampler(self) -> None:
         try:
@@ -346,7 +350,7 @@ class ManagedProcess:
             self._loop.add_reader(self._supervised.fileno(), self._on_report)
             self._on_report()
             return
-        if not _procfs._HAS_PIDFD:
+        if not _procfs.HAS_PIDFD:
             return
         try:
             fd = os.pidfd_open(self.pid)
@@ -437,7 +441,7 @@ class ManagedProcess:
         for task in self._tasks():
             task.cancel()
         deadline = time.monotonic() + 1.0
-        while self._kill_sync() or not self._tree.gone:
+        while self.kill_now() or not self._tree.gone:
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.01)

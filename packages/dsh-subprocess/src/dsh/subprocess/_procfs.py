@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import psutil
 
 __all__ = [
+    "HAS_PIDFD",
     "TREE_MARKER_ENV",
     "ProcInfo",
     "Snapshot",
@@ -39,7 +40,8 @@ TREE_MARKER_ENV = "DSH_TREE_ID"
 """The environment variable that carries a spawn's tree marker."""
 
 _IS_LINUX = sys.platform.startswith("linux")
-_HAS_PIDFD = _IS_LINUX and hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
+HAS_PIDFD = _IS_LINUX and hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
+"""Whether this host can watch and signal a process through a pidfd (Linux 5.3+, Python 3.9+)."""
 _NEEDLE = b"\0" + TREE_MARKER_ENV.encode() + b"="
 _MARKER_RECHECK_S = 2.0
 
@@ -311,7 +313,7 @@ def send_signal(info: ProcInfo, sig: int) -> bool:
     """Signal exactly the process ``info`` describes; never a reused pid, never our own."""
     if is_own(info) or info.pid <= 1:
         return False
-    if _HAS_PIDFD:
+    if HAS_PIDFD:
         try:
             fd = os.pidfd_open(info.pid)
         except OSError:

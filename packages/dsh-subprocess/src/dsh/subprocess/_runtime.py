@@ -48,7 +48,7 @@ def _kill_all_sync(procs: list[ManagedProcess]) -> None:
         snap = scan(0.0)
         fresh = False
         for proc in procs:
-            fresh = proc._kill_sync(snap) or fresh
+            fresh = proc.kill_now(snap) or fresh
         if not fresh:
             return
         time.sleep(0.01)

@@ -16,9 +16,10 @@ from types import TracebackType
 from typing import Any, Self
 
 import anyio
-from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import SessionMessage
 from mcp.types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
+
+from dsh.tool_subagent._mcp_streams import ReadStream, WriteStream
 
 __all__ = ["DRAIN_TIMEOUT_S", "draining"]
 

@@ -26,7 +26,6 @@ from mcp import types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
-from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.message import SessionMessage
 
 from dsh.jobs.tools import JobKillTool, JobListTool, JobOutputTool, ToolResult
@@ -36,6 +35,7 @@ from dsh.tool_subagent._mcp_calls import PROGRESS_INTERVAL_S, Calls
 from dsh.tool_subagent._mcp_drain import draining
 from dsh.tool_subagent._mcp_notices import NOTICE_LEVEL, NOTICE_LOGGER, Notices
 from dsh.tool_subagent._mcp_stdin import stdin_lines
+from dsh.tool_subagent._mcp_streams import ReadStream, WriteStream
 from dsh.tool_subagent._tool import Caller, SubagentTool
 
 __all__ = [

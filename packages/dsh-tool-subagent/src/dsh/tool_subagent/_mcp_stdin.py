@@ -19,6 +19,8 @@ from typing import cast
 
 import anyio
 
+from dsh.subprocess import BoundedLines
+
 __all__ = ["MAX_LINE_BYTES", "stdin_lines"]
 
 #: The longest JSON-RPC frame (one line) accepted from the client.
@@ -26,18 +28,30 @@ MAX_LINE_BYTES = 64 * 1024 * 1024
 
 
 class _LineSource:
-    """``async for line in source`` over a stream reader, decoded as UTF-8 (what the SDK reads)."""
+    """``async for line in source`` over a stream reader, decoded as UTF-8 (what the SDK reads).
+
+    Each line keeps its newline and the last one may lack it, as ``readline()`` gives them; a line
+    over ``MAX_LINE_BYTES`` raises ``LineTooLong``, a ``ValueError`` as ``readline()`` raises.
+    """
 
     def __init__(self, reader: asyncio.StreamReader) -> None:
-        self._reader = reader
+        self._lines = BoundedLines(reader, MAX_LINE_BYTES)
+        self._iterator = aiter(self._lines)
+        self._ended = False
 
     def __aiter__(self) -> _LineSource:
         return self
 
     async def __anext__(self) -> str:
-        line = await self._reader.readline()
-        if not line:
+        if self._ended:
             raise StopAsyncIteration
+        try:
+            line = await anext(self._iterator) + b"\n"
+        except StopAsyncIteration:
+            self._ended = True
+            line = self._lines.tail
+            if not line:
+                raise
         return line.decode("utf-8", errors="replace")
 
 

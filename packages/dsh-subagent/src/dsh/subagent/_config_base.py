@@ -1,0 +1,61 @@
+"""``ProviderConfigBase``: the fields and checks every product provider config shares.
+
+Both product configs forward env the same way (through ``dsh.subprocess``'s forwarding rules),
+dispose a tree with the same grace ladder and run it at the same niceness, so those fields, their
+defaults and their checks live here once. A provider subclass adds its own ``provider_name`` and
+``model`` (their defaults and wording are the provider's), its ``credential_env`` default and its
+product-specific fields.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from dsh.subagent._env_config import check_env_names, check_env_overlay
+
+__all__ = ["MAX_GRACE_MS", "EnvPolicy", "ProviderConfigBase"]
+
+# The seam does not depend on dsh.subprocess (dsh-subagent's only requirement is pydantic), so the
+# two spawn-layer facts the config checks are restated here; tests-e2e/test_provider_config_base.py
+# fails if they ever differ from dsh.subprocess's ``MAX_GRACE_MS`` and ``ENV_POLICIES``.
+MAX_GRACE_MS = 2_147_483_647
+"""The longest ``dispose_grace_ms`` (``SpawnSpec.grace_ms``'s bound in dsh.subprocess)."""
+
+EnvPolicy = Literal["scrub", "core"]
+"""The env policies of ``dsh.subprocess`` (``scrub`` or ``core``)."""
+
+
+class ProviderConfigBase(BaseModel):
+    """The shared part of a provider instance's config (snake_case, frozen, no unknown fields)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    env: dict[str, str] = Field(default_factory=dict)
+    """Variables set in the product's env after forwarding, checked so ``execve`` takes them."""
+    inherit_env: tuple[str, ...] = ()
+    """Ambient names forwarded when set, beyond ``credential_env``."""
+    credential_env: tuple[str, ...] = ()
+    """Ambient credential names forwarded when set; ``[]`` forwards none. Tools never see them."""
+    env_policy: EnvPolicy = "scrub"
+    """``scrub`` (ambient env minus credentials) or ``core`` (an allow-list; see dsh.subprocess)."""
+    tool_env: tuple[str, ...] = ()
+    """Forwarded names that the product's tool commands may still see (the others are hidden)."""
+    dispose_grace_ms: float = Field(default=3000.0, gt=0, le=MAX_GRACE_MS)
+    """SIGTERM-to-SIGKILL grace when the tree is disposed (``SpawnSpec.grace_ms``)."""
+    stderr: Literal["forward", "discard"] = "forward"
+    nice: int | None = Field(default=10, ge=0, le=19, strict=True)
+    """The product tree's CPU niceness (see ``SpawnSpec.nice``); None keeps the harness's."""
+
+    @field_validator("env")
+    @classmethod
+    def _env_valid(cls, value: dict[str, str]) -> dict[str, str]:
+        check_env_overlay(value)
+        return value
+
+    @field_validator("inherit_env", "credential_env", "tool_env")
+    @classmethod
+    def _names_valid(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        check_env_names(value, info.field_name or "inherit_env")
+        return value

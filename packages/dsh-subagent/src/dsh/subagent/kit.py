@@ -1,0 +1,44 @@
+"""dsh.subagent.kit: what a product provider's author builds on.
+
+:mod:`dsh.subagent` is the seam a harness uses (requests, results, runs, the registry, its events
+and discovery). This submodule gathers what only a provider implements with: the request checks
+every product provider applies before spawning, the safe-diagnostic helpers, the result latch,
+the close-once helper, the ``doctor()`` row builders, the env checks and the config base with the
+fields both product providers share. The names other than ``ProviderConfigBase`` and its two
+constants are also still importable from :mod:`dsh.subagent` (the tool layer uses ``CloseOnce``
+and ``DoctorCheck``).
+"""
+
+from dsh.subagent._checks import check_one_shot_request
+from dsh.subagent._closing import CloseOnce
+from dsh.subagent._config_base import MAX_GRACE_MS, EnvPolicy, ProviderConfigBase
+from dsh.subagent._diagnostics import (
+    MAX_DIAGNOSTIC_BYTES,
+    FailureFacts,
+    bound_diagnostic,
+    failure_line,
+)
+from dsh.subagent._doctor import DoctorCheck, credential_checks, payload_check, version_check
+from dsh.subagent._env_config import check_env_names, check_env_overlay
+from dsh.subagent._latch import ResultLatch
+from dsh.subagent.errors import ProductFailure
+
+__all__ = [
+    "MAX_DIAGNOSTIC_BYTES",
+    "MAX_GRACE_MS",
+    "CloseOnce",
+    "DoctorCheck",
+    "EnvPolicy",
+    "FailureFacts",
+    "ProductFailure",
+    "ProviderConfigBase",
+    "ResultLatch",
+    "bound_diagnostic",
+    "check_env_names",
+    "check_env_overlay",
+    "check_one_shot_request",
+    "credential_checks",
+    "failure_line",
+    "payload_check",
+    "version_check",
+]

@@ -1,0 +1,79 @@
+"""``dsh.subagent.kit``: the provider-author door, and the config base both products share."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pydantic
+import pytest
+
+import dsh.subagent
+import dsh.subagent.kit as kit
+from dsh.subagent.kit import MAX_GRACE_MS
+
+
+def test_all_names_exist_once() -> None:
+    # (ruff's RUF022 keeps the order sorted.)
+    assert len(set(kit.__all__)) == len(kit.__all__)
+    assert all(hasattr(kit, name) for name in kit.__all__)
+
+
+def test_the_kit_names_are_the_seam_objects() -> None:
+    # Nothing moved: the names the tool layer imports from dsh.subagent are the kit's.
+    for name in set(kit.__all__) - {"EnvPolicy", "MAX_GRACE_MS", "ProviderConfigBase"}:
+        assert getattr(kit, name) is getattr(dsh.subagent, name), name
+
+
+def test_the_seam_does_not_import_the_spawn_layer() -> None:
+    # dsh-subagent requires only pydantic (tests-e2e/test_wheels.py), so no module may import
+    # dsh.subprocess; the config base restates its two facts (checked in tests-e2e).
+    importing = set()
+    for path in Path(dsh.subagent.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "dsh.subprocess"
+            ):
+                importing.add(path.name)
+    assert importing == set()
+
+
+class _Config(kit.ProviderConfigBase):
+    extra_field: bool = True
+
+
+def test_defaults() -> None:
+    config = _Config()
+    assert (config.env, config.inherit_env, config.credential_env, config.tool_env) == (
+        {},
+        (),
+        (),
+        (),
+    )
+    assert config.env_policy == "scrub"
+    assert config.dispose_grace_ms == 3000
+    assert config.stderr == "forward"
+    assert config.nice == 10
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"dispose_grace_ms": 0}, "dispose_grace_ms"),
+        ({"dispose_grace_ms": MAX_GRACE_MS + 1}, "dispose_grace_ms"),
+        ({"nice": 20}, "nice"),
+        ({"nice": True}, "nice"),
+        ({"env": {"A=B": "x"}}, "env"),
+        ({"inherit_env": [""]}, "inherit_env"),
+        ({"unknown": 1}, "unknown"),
+    ],
+)
+def test_the_shared_checks_name_the_field(fields: dict[str, object], field: str) -> None:
+    with pytest.raises(pydantic.ValidationError) as caught:
+        _Config.model_validate(fields)
+    assert caught.value.errors()[0]["loc"] == (field,)
+
+
+def test_frozen() -> None:
+    with pytest.raises(pydantic.ValidationError):
+        _Config().nice = 3  # type: ignore[misc]

@@ -1,0 +1,70 @@
+"""Both product configs share one base (issue 15): the same common fields, types and checks."""
+
+from __future__ import annotations
+
+from typing import Any, get_args
+
+import pydantic
+import pytest
+
+from dsh.subagent import kit
+from dsh.subagent.kit import ProviderConfigBase
+from dsh.subagent_claude_code import ClaudeCodeProviderConfig
+from dsh.subagent_codex import CodexProviderConfig
+from dsh.subprocess import ENV_POLICIES, MAX_GRACE_MS
+
+CONFIGS: list[type[ProviderConfigBase]] = [CodexProviderConfig, ClaudeCodeProviderConfig]
+SHARED = set(ProviderConfigBase.model_fields)
+
+
+def test_the_seam_restates_the_spawn_layers_facts_exactly() -> None:
+    assert kit.MAX_GRACE_MS == MAX_GRACE_MS
+    assert get_args(kit.EnvPolicy) == ENV_POLICIES
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_each_config_builds_on_the_base(config: type[ProviderConfigBase]) -> None:
+    assert issubclass(config, ProviderConfigBase)
+    assert set(config.model_fields) >= SHARED
+    assert config.model_config.get("frozen") is True
+    assert config.model_config.get("extra") == "forbid"
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_name_lists_are_tuples_in_both(config: type[ProviderConfigBase]) -> None:
+    built = config.model_validate(
+        {"inherit_env": ["A"], "credential_env": ["B"], "tool_env": ["A"]}
+    )
+    assert (built.inherit_env, built.credential_env, built.tool_env) == (("A",), ("B",), ("A",))
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_the_grace_bound_is_the_spawn_layers(config: type[ProviderConfigBase]) -> None:
+    assert config(dispose_grace_ms=MAX_GRACE_MS).dispose_grace_ms == MAX_GRACE_MS
+    with pytest.raises(pydantic.ValidationError) as caught:
+        config(dispose_grace_ms=MAX_GRACE_MS + 1)
+    assert caught.value.errors()[0]["loc"] == ("dispose_grace_ms",)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"env": {"A=B": "x"}}, "env names must be non-empty and contain no '=' or NUL"),
+        ({"env": {"A": "x\0y"}}, "env values must not contain NUL"),
+        ({"tool_env": [""]}, "tool_env names must be non-empty and contain no '=' or NUL"),
+        ({"credential_env": ["A=B"]}, "credential_env names must be non-empty"),
+        ({"env_policy": "none"}, "'scrub' or 'core'"),
+        ({"nice": True}, "valid integer"),
+        ({"stderr": "inherit"}, "'forward' or 'discard'"),
+    ],
+)
+def test_the_shared_checks_say_the_same_in_both(fields: dict[str, Any], message: str) -> None:
+    seen = []
+    for config in CONFIGS:
+        with pytest.raises(pydantic.ValidationError) as caught:
+            config.model_validate(fields)
+        [error] = caught.value.errors()
+        assert error["loc"] == (next(iter(fields)),)
+        assert message in error["msg"]
+        seen.append(error["msg"])
+    assert seen[0] == seen[1]
