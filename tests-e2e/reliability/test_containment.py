@@ -301,6 +301,25 @@ def _escape_command(ready_dir: Path, nonce: str, how: str, then_sleep: bool, lin
     return f"{start}\nsleep 30" if then_sleep else start
 
 
+async def _finish_then_check(kit: Any, run: Any, ready_dir: Path, nonce: str, cancel: bool) -> None:
+    """Once the escapee runs: cancel the run or let it finish, close it, and find no survivor."""
+    from dsh.subagent import StopReason
+
+    try:
+        await _until(lambda: len(_ready(ready_dir)) == 1, "the escapee to run", limit=60)
+        if cancel:
+            run.cancel()
+            result = await run.result()
+            assert result.stop_reason is StopReason.ABORTED
+        else:
+            result = await run.result()
+            assert result.stop_reason is StopReason.COMPLETED, result.diagnostic
+    finally:
+        await run.aclose()
+    await _assert_none_survive(nonce)
+    assert await asyncio.to_thread(kit.own_marked) == []
+
+
 CASES = [
     pytest.param(how, cancel, id=f"{how}-{'cancel' if cancel else 'finish'}")
     for how in ("setsid", "nohup")
@@ -313,9 +332,6 @@ CASES = [
 async def test_codex_tool_escapes_never_survive(
     kit: Any, codex: Any, tmp_path: Path, how: str, cancel: bool
 ) -> None:
-    from dsh.subagent import StopReason
-    from dsh.subagent_codex.testing import FunctionCallItem, Reply, Stall
-
     nonce = _nonce()
     ready_dir = tmp_path / "ready"
     ready_dir.mkdir()
@@ -331,19 +347,7 @@ async def test_codex_tool_escapes_never_survive(
         codex.server.queue_message("started it")
     provider = codex.provider(permission_mode="dangerously-bypass-approvals-and-sandbox")
     run = await provider.start(codex.request("start a server"))
-    try:
-        await _until(lambda: len(_ready(ready_dir)) == 1, "the escapee to run", limit=60)
-        if cancel:
-            run.cancel()
-            result = await run.result()
-            assert result.stop_reason is StopReason.ABORTED
-        else:
-            result = await run.result()
-            assert result.stop_reason is StopReason.COMPLETED, result.diagnostic
-    finally:
-        await run.aclose()
-    await _assert_none_survive(nonce)
-    assert await asyncio.to_thread(kit.own_marked) == []
+    await _finish_then_check(kit, run, ready_dir, nonce, cancel)
 
 
 @pytest.mark.real_product
@@ -351,8 +355,6 @@ async def test_codex_tool_escapes_never_survive(
 async def test_claude_code_tool_escapes_never_survive(
     kit: Any, claude: Any, tmp_path: Path, how: str, cancel: bool
 ) -> None:
-    from dsh.subagent import StopReason
-
     nonce = _nonce()
     ready_dir = tmp_path / "ready"
     ready_dir.mkdir()
@@ -364,19 +366,7 @@ async def test_claude_code_tool_escapes_never_survive(
         claude.server.queue_text("started it")
     provider = claude.provider(permission_mode="bypassPermissions", env={"IS_SANDBOX": "1"})
     run = await provider.start(claude.request("start a server"))
-    try:
-        await _until(lambda: len(_ready(ready_dir)) == 1, "the escapee to run", limit=60)
-        if cancel:
-            run.cancel()
-            result = await run.result()
-            assert result.stop_reason is StopReason.ABORTED
-        else:
-            result = await run.result()
-            assert result.stop_reason is StopReason.COMPLETED, result.diagnostic
-    finally:
-        await run.aclose()
-    await _assert_none_survive(nonce)
-    assert await asyncio.to_thread(kit.own_marked) == []
+    await _finish_then_check(kit, run, ready_dir, nonce, cancel)
 
 
 # ---- the dsh command stopped by SIGTERM or SIGHUP mid-tool ------------------------------

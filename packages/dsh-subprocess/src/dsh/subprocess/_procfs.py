@@ -56,6 +56,8 @@ class ProcInfo:
     sid: int
     start: float
     zombie: bool
+    half_exited: bool = False
+    """The main thread has exited while other threads run (Linux): alive, yet ``Z`` in stat."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,15 +118,15 @@ def _parse_stat(pid: int, data: bytes) -> ProcInfo | None:
     try:
         rest = data[data.rindex(b")") + 2 :].split()
         zombie = rest[0] in _DEAD_STATES
-        if zombie and _IS_LINUX and live_thread(pid) is not None:
-            zombie = False  # the main thread exited, but the process still runs
+        half_exited = zombie and _IS_LINUX and live_thread(pid) is not None
         return ProcInfo(
             pid=pid,
             ppid=int(rest[1]),
             pgrp=int(rest[2]),
             sid=int(rest[3]),
             start=float(int(rest[19])),
-            zombie=zombie,
+            zombie=zombie and not half_exited,
+            half_exited=half_exited,
         )
     except (ValueError, IndexError):
         return None
@@ -154,22 +156,15 @@ def read_info(pid: int) -> ProcInfo | None:
     return _psutil_info(pid)
 
 
-def _read_marker_linux(pid: int, uid: int) -> tuple[bool, str | None]:
+def _read_marker_linux(info: ProcInfo, uid: int) -> tuple[bool, str | None]:
     """(readable, marker). Unreadable or other-user processes count as readable-without-marker."""
+    pid = info.pid
     readable, marker = _read_environ_marker(f"/proc/{pid}/environ", uid)
-    if marker is None and _main_thread_exited(pid):
+    if marker is None and info.half_exited:
         tid = live_thread(pid)  # the main thread's environ reads empty: ask a live thread
         if tid is not None and tid != pid:
             return _read_environ_marker(f"/proc/{pid}/task/{tid}/environ", uid)
     return readable, marker
-
-
-def _main_thread_exited(pid: int) -> bool:
-    data = _read_small(f"/proc/{pid}/stat")
-    try:
-        return data is not None and _state(data) in _DEAD_STATES
-    except (ValueError, IndexError):
-        return False
 
 
 def _read_environ_marker(path: str, uid: int) -> tuple[bool, str | None]:
@@ -199,9 +194,9 @@ def _read_environ_marker(path: str, uid: int) -> tuple[bool, str | None]:
     return True, value.decode("ascii", "replace")
 
 
-def _read_marker_psutil(pid: int, uid: int) -> tuple[bool, str | None]:
+def _read_marker_psutil(info: ProcInfo, uid: int) -> tuple[bool, str | None]:
     try:
-        proc = psutil.Process(pid)
+        proc = psutil.Process(info.pid)
         if proc.uids().effective != uid:
             return True, None
         value = proc.environ().get(TREE_MARKER_ENV)
@@ -237,7 +232,7 @@ class _MarkerCache:
                     fresh[pid] = entry
                 continue
             if entry is None or now - entry.first_seen < _MARKER_RECHECK_S:
-                readable, marker = read(pid, uid)
+                readable, marker = read(info, uid)
                 if entry is None:
                     entry = _MarkerEntry(info.start, marker, now)
                 elif readable:

@@ -99,13 +99,10 @@ class SupervisedChild:
                 self.lost = True
                 _log.debug("supervisor of pid %d ended without a report", self.pid)
                 return
-            self._buffer += report
-            *lines, self._buffer = self._buffer.split(b"\n")
-            for line in lines:
-                self._take(line)
+            self.take_reports(report)
 
-    def take_early(self, data: bytes) -> None:
-        """Reports that arrived together with the start report."""
+    def take_reports(self, data: bytes) -> None:
+        """Take the newline-framed reports in ``data`` (a partial last line waits for more)."""
         self._buffer += data
         *lines, self._buffer = self._buffer.split(b"\n")
         for line in lines:
@@ -271,17 +268,9 @@ def spawn_supervised(
     """Start ``spec`` under a supervisor; OSError (errno, and the cwd as filename) if it cannot."""
     pipes: dict[str, int] = {}
     sources: list[int] = []
-    layout: list[int | None] = []
     host_control = _spawner.take_standby(owner)
     try:
-        stdin_mode = "ignore" if spec.stdin == "ignore" else "pipe"
-        for index, mode in enumerate((stdin_mode, spec.stdout, spec.stderr)):
-            source = _stdio_source(mode, index, pipes)
-            if source is None:
-                layout.append(None)
-            else:
-                layout.append(len(sources))
-                sources.append(source)
+        layout = _open_stdio(spec, pipes, sources)
         request = {
             "argv": [os.fsencode(arg) for arg in spec.argv],
             "env": {os.fsencode(name): os.fsencode(value) for name, value in env.items()},
@@ -293,26 +282,39 @@ def spawn_supervised(
             _send_frame(host_control, marshal.dumps(request), sources)
         except OSError as exc:
             raise SpawnerUnavailable("standby supervisor unreachable") from exc
-    except BaseException:
-        for fd in pipes.values():
-            os.close(fd)
-        host_control.close()
-        raise
-    finally:
-        for fd in sources:
-            os.close(fd)
-    try:
+        finally:
+            _close_all(sources)  # the supervisor holds its own copies now
+            sources.clear()
         pid, supervisor_pid, early = _await_start(host_control, cwd)
     except BaseException:
-        for fd in pipes.values():
-            os.close(fd)
+        _close_all([*sources, *pipes.values()])
         host_control.close()
         raise
     finally:
         submit(_spawner.refill, owner)  # after the spawn, so the fork never competes with it
     child = SupervisedChild(pid, supervisor_pid, host_control, pipes)
-    child.take_early(early)
+    child.take_reports(early)
     return child
+
+
+def _open_stdio(spec: SpawnSpec, pipes: dict[str, int], sources: list[int]) -> list[int | None]:
+    """The child's stdio layout: an index into ``sources`` per slot, or None for /dev/null."""
+    layout: list[int | None] = []
+    stdin_mode = "ignore" if spec.stdin == "ignore" else "pipe"
+    for index, mode in enumerate((stdin_mode, spec.stdout, spec.stderr)):
+        source = _stdio_source(mode, index, pipes)
+        if source is None:
+            layout.append(None)
+        else:
+            layout.append(len(sources))
+            sources.append(source)
+    return layout
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def _send_frame(sock: socket.socket, payload: bytes, fds: list[int]) -> None:
