@@ -14,10 +14,13 @@ from typing import Any, Literal
 Product = Literal["codex", "claude-code"]
 PRODUCTS: tuple[Product, ...] = ("codex", "claude-code")
 VARIANTS = ("dsh", "sdk", "cli")
-TARGET_E2E_RATIO = 1.02
+PLAIN = "plain"
+"""The optional fourth variant: dsh with its supervisors off (``--ab-plain``), in the same trios."""
+TARGET_E2E_RATIO = 0.98
+TARGET_CPU_RATIO = 1.0
 TARGET_TEARDOWN_S = 0.100
-TARGET_CANCEL_TOOL_S: dict[Product, float] = {"codex": 0.200, "claude-code": 2.0}
-TARGET_LAG_P99_S = 0.020
+TARGET_CANCEL_TOOL_S: dict[Product, float] = {"codex": 0.200, "claude-code": 0.300}
+TARGET_LAG_P99_S = 0.010
 
 
 def stats_of(values: list[float]) -> dict[str, Any]:
@@ -63,7 +66,9 @@ class CancelSample:
 
 @dataclass
 class Results:
-    e2e: dict[str, list[Sample]] = field(default_factory=lambda: {v: [] for v in VARIANTS})
+    e2e: dict[str, list[Sample]] = field(
+        default_factory=lambda: {v: [] for v in (*VARIANTS, PLAIN)}
+    )
     cancel_idle: list[CancelSample] = field(default_factory=list)
     cancel_tool: list[CancelSample] = field(default_factory=list)
     single_wall: list[float] = field(default_factory=list)
@@ -136,13 +141,24 @@ def summarize(product: Product, results: Results, concurrency: int) -> dict[str,
                 e2e["dsh"]["total_s"]["median"] / e2e[v]["total_s"]["median"]
             )
             summary[f"e2e_paired_ratio_vs_{v}"] = paired_ratio(results.e2e["dsh"], results.e2e[v])
+    if "dsh" in e2e and "sdk" in e2e:
+        summary["cpu_ratio_vs_sdk"] = e2e["dsh"]["cpu_s"]["median"] / e2e["sdk"]["cpu_s"]["median"]
+        summary["answer_paired_ratio_vs_sdk"] = paired_ratio(
+            results.e2e["dsh"], results.e2e["sdk"], "answer_s"
+        )
+    if "dsh" in e2e and PLAIN in e2e:
+        summary["supervised_vs_plain"] = {
+            metric: paired_ratio(results.e2e["dsh"], results.e2e[PLAIN], metric)
+            for metric in ("total_s", "answer_s", "cpu_s")
+        }
     summary["targets"] = _targets(product, summary)
     return summary
 
 
-def paired_ratio(ours: list[Sample], peer: list[Sample]) -> float | None:
+def paired_ratio(ours: list[Sample], peer: list[Sample], metric: str = "total_s") -> float | None:
     """The median of ``ours[i] / peer[i]``: the i-th samples ran back to back in one trio."""
-    ratios = [a.total_s / b.total_s for a, b in zip(ours, peer, strict=True) if b.total_s > 0]
+    pairs = zip(ours, peer, strict=True)
+    ratios = [getattr(a, metric) / getattr(b, metric) for a, b in pairs if getattr(b, metric) > 0]
     return statistics.median(ratios) if ratios else None
 
 
@@ -158,8 +174,13 @@ def _targets(product: Product, s: dict[str, Any]) -> list[dict[str, Any]]:
     if ratio is not None and ratio <= TARGET_E2E_RATIO:
         e2e["status"] = "PASS"  # the target is "<=", the others are "<"
     lag = s["loop_lag_s"].get("p99")
+    cpu_ratio = s.get("cpu_ratio_vs_sdk")
+    cpu = check("parent CPU per run / the SDK's (medians)", cpu_ratio, TARGET_CPU_RATIO, "x")
+    if cpu_ratio is not None and cpu_ratio <= TARGET_CPU_RATIO:
+        cpu["status"] = "PASS"  # "at most"
     return [
         e2e,
+        cpu,
         check(
             "aclose() to tree exit, no tool (median)",
             s["teardown_s"].get("median"),
@@ -236,8 +257,8 @@ def print_report(report: dict[str, Any]) -> None:
             table.add_row(
                 label, cell("dsh", metric), cell("sdk", metric), cell("cli", metric), ratio(metric)
             )
-        if paired:
-            table.add_row("  same, median of per-trio ratios", "", "", "", ", ".join(paired))
+            if metric == "total_s" and paired:
+                table.add_row("  same, median of per-trio ratios", "", "", "", ", ".join(paired))
         td = s["teardown_s"]
         table.add_row("aclose() → tree exit", f"{_ms(td)} [{_ms(td, 'max')} max]", "", "", "")
         for label, key in (
@@ -294,6 +315,15 @@ def print_report(report: dict[str, Any]) -> None:
             console.print(
                 f"  [{colour}]{t['status']}[/{colour}] {product}: {t['target']}: {shown} "
                 f"(target {limit})"
+            )
+        ab = s.get("supervised_vs_plain")
+        if ab:
+            plain = e2e[PLAIN]
+            console.print(
+                f"  dsh without supervisors, in the same trios: end to end {_ms(plain['total_s'])}"
+                f" ms, parent CPU {_ms(plain['cpu_s'])} ms; supervised / plain, median of"
+                f" per-trio ratios: end to end {ab['total_s']:.3f}x, time to answer"
+                f" {ab['answer_s']:.3f}x, parent CPU {ab['cpu_s']:.3f}x"
             )
         if s["late_tree_exits"]:
             console.print(f"  [red]trees outlived their close: {s['late_tree_exits']}[/red]")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import datetime
 import importlib
@@ -34,6 +35,7 @@ from typing import Any
 
 import psutil
 from bench_report import (
+    PLAIN,
     PRODUCTS,
     VARIANTS,
     CancelSample,
@@ -68,6 +70,8 @@ ANSWER = "BENCH-OK"
 TOOL_MARK = "time.sleep(37)"  # in the argv of the tool process model_servers.py asks for
 CODEX_MODEL = "mock-model"
 LAG_INTERVAL_S = 0.005
+_SDK_THREADS = concurrent.futures.ThreadPoolExecutor(16, thread_name_prefix="codex-sdk")
+"""Enough threads for every concurrent sync-SDK run (the default executor has cpus + 4)."""
 
 
 # ---- small helpers -------------------------------------------------------------------------
@@ -298,7 +302,7 @@ class Bench:
         """Script the model for a cancel run (Codex routes by task text; nothing to do)."""
 
     # -- shared --
-    async def dsh_once(self, slot: str) -> Sample:
+    async def dsh_once(self, slot: str, *, supervised: bool = True) -> Sample:
         provider = self.dsh_provider(slot)
         request = _request(self._dir("ws", slot), "BENCH-E2E answer please", self.product)
         close_s = 0.0
@@ -306,7 +310,13 @@ class Bench:
 
         async def body() -> tuple[str, float]:
             nonlocal close_s, tree_id
-            run = await provider.start(request)
+            # The fallback path, for the A/B (runs are sequential here, so the switch is ours).
+            was = process_module._SUPERVISED
+            process_module._SUPERVISED = was and supervised
+            try:
+                run = await provider.start(request)
+            finally:
+                process_module._SUPERVISED = was
             tree_id = _tree_of(run).tree_id
             OUR_TREES.add(tree_id)
             try:
@@ -419,14 +429,21 @@ class CodexBench(Bench):
         return CodexProvider(config)
 
     async def sdk_once(self, task: str, slot: str = "sdk") -> tuple[str, float]:
+        # As the SDK's Quickstart uses it: the sync ``Codex`` client, ``thread_start()`` and
+        # ``Thread.run()``, here in a worker thread. It was faster than ``AsyncCodex``, which
+        # hops to a thread for every call (docs/performance.md).
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(_SDK_THREADS, self._sdk_sync, task, slot)
+
+    def _sdk_sync(self, task: str, slot: str) -> tuple[str, float]:
         sdk = importlib.import_module("openai_codex")
         workspace = self._dir("ws", slot)
         config = sdk.CodexConfig(env=codex_hermetic_env(self._home(slot)), cwd=str(workspace))
-        async with sdk.AsyncCodex(config) as codex:
-            thread = await codex.thread_start(
+        with sdk.Codex(config) as codex:
+            thread = codex.thread_start(
                 approval_mode=sdk.ApprovalMode.deny_all, ephemeral=True, cwd=str(workspace)
             )
-            result = await thread.run(task)
+            result = thread.run(task)
             answered = time.perf_counter()
         return str(result.final_response or ""), answered
 
@@ -483,9 +500,10 @@ class ClaudeBench(Bench):
         if reply != "ok":
             raise RuntimeError("the model server refused a control line")
 
-    async def sdk_once(self, task: str, slot: str = "sdk") -> tuple[str, float]:
+    def sdk_options(self, slot: str) -> Any:
+        """The official SDK's options for one run (the same product configuration as dsh's)."""
         sdk = importlib.import_module("claude_agent_sdk")
-        options = sdk.ClaudeAgentOptions(
+        return sdk.ClaudeAgentOptions(
             cwd=str(self._dir("ws", slot)),
             env=self._peer_env(slot),
             permission_mode="dontAsk",
@@ -495,8 +513,11 @@ class ClaudeBench(Bench):
             # prompt (the SDK's default would pass ``--system-prompt ""`` instead).
             system_prompt={"type": "preset", "preset": "claude_code"},
         )
+
+    async def sdk_once(self, task: str, slot: str = "sdk") -> tuple[str, float]:
+        sdk = importlib.import_module("claude_agent_sdk")
         text, answered = "", 0.0
-        async for message in sdk.query(prompt=task, options=options):
+        async for message in sdk.query(prompt=task, options=self.sdk_options(slot)):
             if isinstance(message, sdk.ResultMessage):
                 text, answered = str(message.result or ""), time.perf_counter()
         return text, answered
@@ -550,6 +571,7 @@ async def _round(
     order = variants[shift:] + variants[:shift]
     runners: dict[str, Callable[[], Awaitable[Sample]]] = {
         "dsh": lambda: bench.dsh_once("e2e"),
+        PLAIN: lambda: bench.dsh_once("e2e-plain", supervised=False),
         "sdk": bench.sdk_sample,
         "cli": bench.cli_once,
     }
@@ -637,6 +659,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="spawn dsh's products without supervisors (the fallback path), to measure their cost",
     )
+    parser.add_argument(
+        "--ab-plain",
+        action="store_true",
+        help="add dsh without supervisors as a fourth variant of every trio (paired A/B)",
+    )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write JSON")
     parser.add_argument("--no-table", action="store_true", help="write JSON only")
     args = parser.parse_args(argv)
@@ -652,7 +679,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
-    variants = ("dsh", "cli") if args.no_peers else VARIANTS
+    variants: tuple[str, ...] = ("dsh", "cli") if args.no_peers else VARIANTS
+    if args.ab_plain:
+        variants = (*variants, PLAIN)
     if not args.no_peers:
         # Import cost (≈0.7 s for openai_codex) stays out of every timing.
         await asyncio.to_thread(importlib.import_module, "openai_codex")

@@ -32,8 +32,16 @@ _log = logging.getLogger("dsh.subprocess")
 
 _IDLE_S = 0.1
 """Sampling interval while nobody waits: descendants are observed at least this often."""
+_SUPERVISED_IDLE_S = 0.5
+"""The same while a live supervisor holds the tree. Its subreaper keeps every descendant and kills
+them all when the host goes, so scans are only the backstop (marked processes outside it, the
+member record). At 0.1 s they were more than half of the parent's CPU in a Claude Code run, and
+each scan reads every process on the machine (docs/performance.md)."""
 _FAST_S = 0.015
 """Polling interval while someone waits or the ladder runs."""
+_SUPERVISED_FAST_S = 0.1
+"""The same while a live supervisor holds the tree: its ``E`` report, which wakes the sampler at
+once, is what ends the wait; scans until then only look for marked processes outside it."""
 _KILL_CONFIRM_S = 5.0
 """How long after SIGKILL aclose() waits for the tree before giving up with TeardownError."""
 _READ_CHUNK = 65536
@@ -297,7 +305,7 @@ class ManagedProcess:
         """One observation (runs off the loop thread). True once the whole tree is gone."""
         now = time.monotonic()
         urgent = self._term_at is not None or self._waiters > 0
-        max_age = 0.0 if urgent else max(0.0, min(_IDLE_S / 2, now - self._tree.created))
+        max_age = 0.0 if urgent else max(0.0, min(self._idle_s() / 2, now - self._tree.created))
         snap = scan(max_age)
         if self._kill_at is not None and now >= self._kill_at:
             if self._supervised is not None:
@@ -309,6 +317,17 @@ class ManagedProcess:
             return gone
         return self._tree.observe(snap)
 
+    def _idle_s(self) -> float:
+        return _SUPERVISED_IDLE_S if self._supervision_live() else _IDLE_S
+
+    def _supervision_live(self) -> bool:
+        return self._supervised is not None and not self._supervised.finished
+
+    def _scan_interval(self) -> float:
+        if self._term_at is not None or self._waiters > 0:
+            return _SUPERVISED_FAST_S if self._supervision_live() else _FAST_S
+        return self._idle_s()
+
     def _delegate_term(self) -> None:
         """Ask the supervisor for the SIGTERMs the tree left to it (it signals each pid once)."""
         if self._supervised is not None and self._tree.term_pending:
@@ -316,13 +335,21 @@ class ManagedProcess:
             self._supervised.send(b"T")
 
     async def _sample_loop(self) -> None:
+        # A supervised tree cannot be gone before its supervisor's E report, so a wake before the
+        # next scan is due (terminate(), a new waiter) scans only once supervision has ended or
+        # the SIGKILL is due. Unsupervised trees scan on every wake.
+        next_scan = time.monotonic() + (_SUPERVISED_IDLE_S if self._supervision_live() else 0.0)
         while True:
             self._wake.clear()
-            try:
-                gone = await offload(self._sample_once)
-            except Exception:
-                _log.debug("process tree sample failed", exc_info=True)
-                gone = False
+            now = time.monotonic()
+            kill_due = self._kill_at is not None and now >= self._kill_at
+            gone = False
+            if now >= next_scan or kill_due or not self._supervision_live():
+                next_scan = now + self._scan_interval()
+                try:
+                    gone = await offload(self._sample_once)
+                except Exception:
+                    _log.debug("process tree sample failed", exc_info=True)
             if self._pidfd is None and self._supervised is None:
                 self._poll_exit()
             elif self._supervised is not None and self._supervised.lost:
@@ -330,7 +357,9 @@ class ManagedProcess:
             if gone:
                 self._notify_gone()
                 return
-            delay = _FAST_S if self._term_at is not None or self._waiters > 0 else _IDLE_S
+            delay = min(self._scan_interval(), max(0.0, next_scan - time.monotonic()))
+            if not self._supervision_live():
+                delay = self._scan_interval()
             if self._kill_at is not None:
                 delay = min(delay, max(0.0, self._kill_at - time.monotonic()))
             with contextlib.suppress(TimeoutError):
