@@ -235,9 +235,9 @@ async def test_chaos_runs_settle_validly_and_leak_nothing(
 
     monkeypatch.setattr(SubprocessRuntime, "spawn", spawn_spy)
     # In both providers, start() awaits reap_orphans_once() and then spawns with no suspension
-    # point in between; only a process's first call suspends (it scans off the loop), and the
-    # warm-up makes that call. Keep one real suspension point there for every start(), so a
-    # "before-spawn" cancel lands inside start() (entered, suspended), before the spawn.
+    # point in between (the orphan check itself runs in the background and never suspends).
+    # Add one real suspension point there for every start(), so a "before-spawn" cancel lands
+    # inside start() (entered, suspended), before the spawn.
     for module in (codex_provider_module, claude_provider_module):
         real_reap = module.reap_orphans_once
 
