@@ -118,6 +118,10 @@ def test_each_provider_builds_on_the_kits_provider_base(
     assert install.login_path(config, {install.config_dir_env: str(moved)}) == (
         moved / install.login_file
     )
+    own = provider.config_class.model_validate({"env": {install.config_dir_env: str(home)}})
+    assert install.login_path(own, {install.config_dir_env: str(moved)}) == (
+        home / install.login_file
+    )
     rows = install.rows(config, ["A_KEY"], {})
     assert [row.check for row in rows] == [
         install.version_label,
