@@ -33,9 +33,8 @@ class ProviderConfigBase(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    # Blank and checked: a subclass that gives no default of its own fails naming the field.
-    provider_name: str = Field(default="", validate_default=True)
-    """The instance's name (each subclass gives the default); must not be blank."""
+    provider_name: str = "provider"
+    """The instance's name; must not be blank. Each product subclass gives its own default."""
     model: str | None = None
     """The product's model; ``None`` keeps the product's own choice. Must not be blank when set."""
     env: dict[str, str] = Field(default_factory=dict)

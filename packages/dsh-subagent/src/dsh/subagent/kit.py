@@ -6,9 +6,9 @@ every product provider applies before spawning, the safe-diagnostic helpers, the
 the close-once helper, the ``doctor()`` row builders, the env checks, the config base with the
 fields both product providers share, and ``ProviderBase`` (with ``ProductInstall``): the
 ``from_config``, ``name`` and ``doctor()`` both product providers share. The names other than
-``ProviderConfigBase``, ``ProviderBase``, ``ProductInstall`` and the two config constants are
-also still importable from :mod:`dsh.subagent` (the tool layer uses ``CloseOnce`` and
-``DoctorCheck``).
+``ProviderConfigBase`` and its two constants are also importable from :mod:`dsh.subagent` (the
+tool layer uses ``CloseOnce`` and ``DoctorCheck``; tests/test_kit.py holds every other kit name
+to be the seam's object).
 """
 
 from dsh.subagent._checks import check_one_shot_request
