@@ -105,10 +105,10 @@ async def _left_by(pid: int) -> list[int]:
 
 async def test_dsh_run_prints_the_codex_answer(setup: Setup) -> None:
     answer = "codex answer through dsh run  “exact” ✓"
-    setup.codex.queue_message(answer)
+    setup.codex.queue_text(answer)
     ran = await _dsh(setup, "Reply with the CLI-RUN answer.")
     assert (ran.exit_code, ran.stdout, ran.stderr) == (0, answer + "\n", "")
-    assert [r.task_text for r in setup.codex.model_requests] == ["Reply with the CLI-RUN answer."]
+    assert [r.task for r in setup.codex.requests] == ["Reply with the CLI-RUN answer."]
     assert await _left_by(ran.pid) == []
 
 
@@ -176,7 +176,7 @@ async def test_a_bare_tool_row_runs_on_each_product(setup: Setup) -> None:
     text += '\n[[tool]]\nprovider = "codex"\n\n[[tool]]\nprovider = "claude-code"\n'
     text += 'tool_name = "claude"\n'
     setup.profile.write_text(text, encoding="utf-8")
-    setup.codex.queue_message("minimal codex")
+    setup.codex.queue_text("minimal codex")
     setup.claude.queue_text("minimal claude")
     codex = await _dsh(setup, "--tool", "subagent", "minimal profile task")
     claude = await _dsh(setup, "--tool", "claude", "minimal profile task")

@@ -62,7 +62,7 @@ class Stack:
 
     def answer(self, product: str, text: str) -> None:
         if product == CODEX:
-            self.codex.queue_message(text)
+            self.codex.queue_text(text)
         else:
             self.claude.queue_text(text)
 
@@ -84,11 +84,11 @@ class Stack:
         if product == CODEX:
             await self.codex.wait_for_requests(1, timeout=30)
         else:
-            assert await asyncio.to_thread(self.claude.wait_for_requests, 1, 30.0)
+            assert await self.claude.wait_for_requests(1, timeout=30)
 
     def tasks(self, product: str) -> list[str | None]:
         if product == CODEX:
-            return [r.task_text for r in self.codex.model_requests]
+            return [r.task for r in self.codex.requests]
         return [r.task for r in self.claude.requests]
 
 
@@ -140,7 +140,7 @@ async def test_foreground_answer_is_byte_exact(stack: Stack, product: str) -> No
     )
     assert stack.tasks(product) == ["Reply with the foreground answer FLOW-FG."]
     if product == CODEX:
-        assert stack.codex.model_requests[0].headers["authorization"] == f"Bearer {FAKE_API_KEY}"
+        assert stack.codex.requests[0].headers["authorization"] == f"Bearer {FAKE_API_KEY}"
     else:
         assert stack.claude.requests[0].headers["x-api-key"] == CLAUDE_KEY
     assert await _owned() == []

@@ -99,7 +99,7 @@ def write_profile(tmp_path: Path, codex_base_url: str, claude_base_url: str) -> 
 
 def codex_route(request: RecordedRequest) -> Reply | HttpStatus | Stall | None:
     """Codex answers by task: ``FAIL ...`` → HTTP 500 with a canary body, ``STALL ...`` → stall."""
-    task = request.task_text or ""
+    task = request.task or ""
     if task.startswith("FAIL"):
         return HttpStatus(500, {"error": {"message": CANARY}})
     if task.startswith("STALL"):
@@ -289,7 +289,7 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
             assert client.logs == []
 
         assert await settle_ours(tmp_path) == []
-    tasks = [r.task_text for r in codex.model_requests]
+    tasks = [r.task for r in codex.requests]
     assert tasks == ["FG codex task 1", "BG codex task 2", "FAIL please"]
     assert sorted(r.task for r in claude.requests if r.task) == [
         "BG claude task",
@@ -314,7 +314,7 @@ async def test_closing_the_client_cancels_running_jobs_and_leaves_no_process(
                 )
                 assert not is_error, text
             await codex.wait_for_requests(1, timeout=90)
-            assert await anyio.to_thread.run_sync(claude.wait_for_requests, 1, 90.0)
+            assert await claude.wait_for_requests(1, timeout=90)
             live = await anyio.to_thread.run_sync(ours, tmp_path)
             assert len(live) >= 2  # both products are mid-turn
             running = await client.call("job_list", {})
@@ -562,7 +562,7 @@ def _texts(content: Any) -> str:
 
 def codex_host_route(script: HostScript) -> Callable[[RecordedRequest], Reply | None]:
     def route(request: RecordedRequest) -> Reply | None:
-        body = request.json
+        body = request.body
         if not isinstance(body, dict) or "input" not in body:
             return None
         results = [
@@ -833,7 +833,7 @@ async def test_codex_runs_the_read_only_job_tools_without_an_approval_setting(
     seen: list[list[str]] = []
 
     def route(request: RecordedRequest) -> Reply | None:
-        body = request.json
+        body = request.body
         if not isinstance(body, dict) or "input" not in body:
             return None
         results = [

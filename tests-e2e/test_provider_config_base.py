@@ -1,16 +1,18 @@
-"""Both product configs share one base (issue 15): the same common fields, types and checks."""
+"""Both product configs and providers share one base each (issue 15): the same common fields,
+types and checks, and the same ``from_config``, ``name`` and ``doctor()``."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, get_args
 
 import pydantic
 import pytest
 
 from dsh.subagent import kit
-from dsh.subagent.kit import ProviderConfigBase
-from dsh.subagent_claude_code import ClaudeCodeProviderConfig
-from dsh.subagent_codex import CodexProviderConfig
+from dsh.subagent.kit import DoctorCheck, ProviderBase, ProviderConfigBase
+from dsh.subagent_claude_code import ClaudeCodeProvider, ClaudeCodeProviderConfig
+from dsh.subagent_codex import CodexProvider, CodexProviderConfig
 from dsh.subprocess import ENV_POLICIES, MAX_GRACE_MS
 
 CONFIGS: list[type[ProviderConfigBase]] = [CodexProviderConfig, ClaudeCodeProviderConfig]
@@ -68,3 +70,72 @@ def test_the_shared_checks_say_the_same_in_both(fields: dict[str, Any], message:
         assert message in error["msg"]
         seen.append(error["msg"])
     assert seen[0] == seen[1]
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"provider_name": ""}, "provider_name must not be blank"),
+        ({"provider_name": " \t"}, "provider_name must not be blank"),
+        ({"model": ""}, "model must not be blank when set"),
+        ({"model": "  "}, "model must not be blank when set"),
+    ],
+)
+def test_the_name_and_model_checks_say_the_same_in_both(
+    fields: dict[str, Any], message: str
+) -> None:
+    for config in CONFIGS:
+        with pytest.raises(pydantic.ValidationError) as caught:
+            config.model_validate(fields)
+        [error] = caught.value.errors()
+        assert error["loc"] == (next(iter(fields)),)
+        assert message in error["msg"]
+
+
+PROVIDERS: list[type[ProviderBase[Any]]] = [CodexProvider, ClaudeCodeProvider]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_each_provider_builds_on_the_kits_provider_base(
+    provider: type[ProviderBase[Any]], tmp_path: Path
+) -> None:
+    # from_config, name and doctor() are the base's; each provider only gives its data.
+    assert issubclass(provider, ProviderBase)
+    for hook in ("from_config", "doctor"):
+        assert hook not in vars(provider), f"{provider.__name__} redefines {hook}"
+    built = provider.from_config({"provider_name": "named", "model": "m"})
+    assert (built.name, built.config.model) == ("named", "m")
+    assert isinstance(built.config, provider.config_class)
+    assert provider().name == provider.config_class.model_validate({}).provider_name
+    with pytest.raises(pydantic.ValidationError):
+        provider.from_config({"unknown_field": 1})
+    install = provider.install
+    home = tmp_path / "home"
+    config = provider.config_class.model_validate({"env": {"HOME": str(home)}})
+    login = home / install.default_config_dir / install.login_file
+    assert install.login_path(config, {}) == login
+    moved = tmp_path / "elsewhere"
+    assert install.login_path(config, {install.config_dir_env: str(moved)}) == (
+        moved / install.login_file
+    )
+    own = provider.config_class.model_validate({"env": {install.config_dir_env: str(home)}})
+    assert install.login_path(own, {install.config_dir_env: str(moved)}) == (
+        home / install.login_file
+    )
+    rows = install.rows(config, ["A_KEY"], {})
+    assert [row.check for row in rows] == [
+        install.version_label,
+        install.payload_label,
+        "credential variables",
+        "login file",
+    ]
+    assert rows[2:] == [
+        DoctorCheck("credential variables", "A_KEY", True),
+        DoctorCheck("login file", "absent", True),
+    ]
+    login.parent.mkdir(parents=True)
+    login.write_text("{}")
+    assert install.rows(config, [], {})[2:] == [
+        DoctorCheck("credential variables", "none", True),
+        DoctorCheck("login file", "exists", True),
+    ]

@@ -70,11 +70,11 @@ async def _run_tour(tmp_path: Path, server: FakeResponsesServer) -> tuple[int | 
 
 async def test_the_tour_runs_as_written(tmp_path: Path) -> None:
     async with FakeResponsesServer() as server:
-        server.queue_message("README.md says hello in one line.")
+        server.queue_text("README.md says hello in one line.")
         code, out, err = await _run_tour(tmp_path, server)
-        requests = server.model_requests
+        requests = server.requests
     assert (code, out) == (0, "completed README.md says hello in one line.\n"), err
-    assert [r.task_text for r in requests] == ["Summarise README.md in one line."]
+    assert [r.task for r in requests] == ["Summarise README.md in one line."]
     assert requests[0].headers["authorization"] == f"Bearer {FAKE_KEY}"
 
 

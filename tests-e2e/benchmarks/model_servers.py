@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dsh.subagent_claude_code.testing import Behaviour as ClaudeReply
 from dsh.subagent_claude_code.testing import FakeMessagesServer
 from dsh.subagent_codex.testing import (
     Behaviour,
@@ -62,9 +63,9 @@ class _Seen:
 
 def _codex_route(seen: _Seen) -> Callable[[RecordedRequest], Behaviour | None]:
     def route(request: RecordedRequest) -> Behaviour | None:
-        task = request.task_text
+        task = request.task
         seen.add(task)
-        items = (request.json or {}).get("input") or []
+        items = (request.body or {}).get("input") or []
         answered_tool = any(
             isinstance(i, dict) and i.get("type") == "function_call_output" for i in items
         )
@@ -95,7 +96,7 @@ def _control(claude: FakeMessagesServer, seen: _Seen, done: threading.Event) -> 
                 reply = "yes" if _wait_seen(claude, seen, token) else "no"
             elif command == "claude-tool":
                 tool_input = {"command": TOOL_COMMAND, "description": "hold"}
-                claude.queue_tool_use("Bash", tool_input, match=token)
+                claude.queue_tool_call("Bash", tool_input, match=token)
                 reply = "ok"
             elif command == "claude-stall":
                 claude.queue_stall(match=token)
@@ -121,7 +122,7 @@ async def _main() -> None:
     seen = _Seen()
     route = _codex_route(seen)
     done = threading.Event()
-    with FakeMessagesServer(default_text=ANSWER) as claude:
+    with FakeMessagesServer(default=ClaudeReply("text", text=ANSWER)) as claude:
         async with FakeResponsesServer(route=route) as codex:
             print(json.dumps({"codex": codex.base_url, "claude": claude.base_url}), flush=True)
             reader = threading.Thread(target=_control, args=(claude, seen, done), daemon=True)

@@ -248,7 +248,7 @@ async def test_chaos_runs_settle_validly_and_leak_nothing(
         monkeypatch.setattr(module, "reap_orphans_once", yielding_reap)
 
     def route(request: RecordedRequest) -> Behaviour | None:
-        task = request.task_text or ""
+        task = request.task or ""
         plan = by_tag.get(task.split(" ")[0])
         if plan is None:
             return Reply((MessageItem("warm-up", "final_answer"),))
@@ -280,9 +280,9 @@ async def test_chaos_runs_settle_validly_and_leak_nothing(
             gate = asyncio.Semaphore(CONCURRENCY)
 
             def arrived(tag: str) -> bool:
-                return any(
-                    (r.task_text or "").startswith(tag) for r in responses.model_requests
-                ) or any((r.task or "").startswith(tag) for r in messages.requests)
+                return any((r.task or "").startswith(tag) for r in responses.requests) or any(
+                    (r.task or "").startswith(tag) for r in messages.requests
+                )
 
             async def one(plan: Plan) -> Observed:
                 provider = codex if plan.product == "codex" else claude

@@ -344,7 +344,7 @@ async def test_codex_tool_escapes_never_survive(
     if cancel:
         codex.server.queue(Stall((), seconds=60))
     else:
-        codex.server.queue_message("started it")
+        codex.server.queue_text("started it")
     provider = codex.provider(permission_mode="dangerously-bypass-approvals-and-sandbox")
     run = await provider.start(codex.request("start a server"))
     await _finish_then_check(kit, run, ready_dir, nonce, cancel)
@@ -359,7 +359,7 @@ async def test_claude_code_tool_escapes_never_survive(
     ready_dir = tmp_path / "ready"
     ready_dir.mkdir()
     command = _escape_command(ready_dir, nonce, how, then_sleep=cancel, linger="")
-    claude.server.queue_tool_use("Bash", {"command": command, "description": "start a server"})
+    claude.server.queue_tool_call("Bash", {"command": command, "description": "start a server"})
     if cancel:
         claude.server.queue_stall()
     else:
@@ -520,7 +520,7 @@ def _script_sleep(setup: Setup, tool: str, sleep: str) -> None:
         call = {"cmd": sleep, "login": False, "yield_time_ms": 30_000}
         setup.codex.queue(Reply((FunctionCallItem("exec_command", call),)), Stall((), seconds=60))
     else:
-        setup.claude.queue_tool_use("Bash", {"command": sleep, "description": "hold"})
+        setup.claude.queue_tool_call("Bash", {"command": sleep, "description": "hold"})
         setup.claude.queue_stall()
 
 

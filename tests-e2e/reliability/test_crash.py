@@ -150,7 +150,5 @@ async def test_codex_tree_of_a_killed_host_is_reaped(
         "t",
         *(() if supervised else ("plain",)),
     )
-    await _crash_and_reap(
-        kit, host, nonce, lambda: len(codex.server.model_requests) >= 2, supervised
-    )
-    assert len(codex.server.model_requests) >= 1
+    await _crash_and_reap(kit, host, nonce, lambda: len(codex.server.requests) >= 2, supervised)
+    assert len(codex.server.requests) >= 1

@@ -86,9 +86,7 @@ async def test_codex_descendants_escaping_the_session_die_with_aclose(kit: Any, 
     finally:
         await run.aclose()
     output = [
-        i
-        for i in codex.server.model_requests[1].json["input"]
-        if i["type"] == "function_call_output"
+        i for i in codex.server.requests[1].body["input"] if i["type"] == "function_call_output"
     ]
     assert "Process exited with code 0" in output[-1]["output"]
 
@@ -98,12 +96,12 @@ async def test_claude_code_descendants_escaping_the_session_die_with_aclose(
 ) -> None:
     nonce = f"escape-{uuid.uuid4().hex}"
     command = _command(kit, claude.workspace, nonce)
-    claude.server.queue_tool_use("Bash", {"command": command, "description": "start daemons"})
+    claude.server.queue_tool_call("Bash", {"command": command, "description": "start daemons"})
     claude.server.queue_stall()
     provider = claude.provider(permission_mode="bypassPermissions", env={"IS_SANDBOX": "1"})
     run = await provider.start(claude.request("start the daemons"))
     try:
-        assert await asyncio.to_thread(claude.server.wait_for_requests, 2, 60)
+        assert await claude.server.wait_for_requests(2, timeout=60)
         assert claude.server.requests[1].answers_tool
         await _check_escaped_then_close(kit, run, claude.workspace, nonce)
     finally:

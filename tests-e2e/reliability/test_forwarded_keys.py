@@ -65,17 +65,17 @@ async def test_codex_tool_never_sees_a_forwarded_key(
     async with await provider.start(codex.request("show env")) as run:
         result = await run.result()
     assert result.stop_reason is StopReason.COMPLETED, result.diagnostic
-    bodies = [request.body for request in codex.server.model_requests]
+    bodies = [request.raw_body for request in codex.server.requests]
     assert len(bodies) == 2
-    tool_output = json.dumps(codex.server.model_requests[1].json)
+    tool_output = json.dumps(codex.server.requests[1].body)
     assert "seen=unset/unset/unset" in tool_output, re.findall(r"seen=[^\\]*", tool_output)
     assert "PATH=" in tool_output, "the tool did print its environment"
     for body in bodies:
         assert key.encode() not in body
         assert other.encode() not in body
-    assert all(
-        r.headers.get("authorization") == f"Bearer {key}" for r in codex.server.model_requests
-    ), "OPENAI_API_KEY was forwarded by default and used as the product's own auth header"
+    assert all(r.headers.get("authorization") == f"Bearer {key}" for r in codex.server.requests), (
+        "OPENAI_API_KEY was forwarded by default and used as the product's own auth header"
+    )
 
 
 @pytest.mark.parametrize("private_tmp", [True, False])
@@ -89,7 +89,7 @@ async def test_claude_code_tool_never_sees_a_forwarded_key(
     key = _canary()
     monkeypatch.setenv("ANTHROPIC_API_KEY", key)
     monkeypatch.setenv("FORWARDED_EXTRA", key)
-    claude.server.queue_tool_use("Bash", {"command": SHOW, "description": "show env"})
+    claude.server.queue_tool_call("Bash", {"command": SHOW, "description": "show env"})
     claude.server.queue_text("done")
     env = claude_env(claude.root, claude.server.base_url)
     del env["ANTHROPIC_API_KEY"]  # the ambient one must come through the default forwarding
@@ -128,7 +128,7 @@ async def test_core_policy_runs_both_products_without_the_rest_of_the_ambient_en
     call = {"cmd": SHOW_PLAIN, "login": False, "yield_time_ms": 10_000}
     codex.server.queue(Reply((FunctionCallItem("exec_command", call),)))
     codex.server.queue(Reply((MessageItem("done"),)))
-    claude.server.queue_tool_use("Bash", {"command": SHOW_PLAIN, "description": "show"})
+    claude.server.queue_tool_call("Bash", {"command": SHOW_PLAIN, "description": "show"})
     claude.server.queue_text("done")
     runs: list[tuple[Any, Any, str]] = [
         (codex.provider(env_policy="core"), codex.request("core"), "codex"),
@@ -145,7 +145,7 @@ async def test_core_policy_runs_both_products_without_the_rest_of_the_ambient_en
             result = await run.result()
         assert result.stop_reason is StopReason.COMPLETED, result.diagnostic
         bodies = (
-            [r.json for r in codex.server.model_requests]
+            [r.body for r in codex.server.requests]
             if product == "codex"
             else [r.body for r in claude.server.requests]
         )

@@ -110,10 +110,10 @@ async def test_codex_canaries_stay_out_of_everything_the_parent_sees(
     # Where the canaries really went: to the product, its tool and its own stderr.
     forwarded = capfd.readouterr().err
     assert marks["stderr"] in forwarded, "Codex did print the model-name canary on its stderr"
-    second = json.dumps(codex.server.model_requests[1].json)
+    second = json.dumps(codex.server.requests[1].body)
     assert marks["plain"] in second, "the explicit env value reached the tool"
     assert "token=unset" in second, "the credential-named parent value was scrubbed"
-    assert all(marks["parent"].encode() not in r.body for r in codex.server.model_requests)
+    assert all(marks["parent"].encode() not in r.raw_body for r in codex.server.requests)
     assert_clean(marks, [*result_texts(result), *failure_texts(caught.value)], caplog)
 
 
@@ -128,7 +128,7 @@ async def test_claude_code_canaries_stay_out_of_everything_the_parent_sees(
     marks = canaries()
     monkeypatch.setenv("CANARY_TOKEN", marks["parent"])
     command = tool_command(marks)
-    claude.server.queue_tool_use("Bash", {"command": command, "description": marks["tool"]})
+    claude.server.queue_tool_call("Bash", {"command": command, "description": marks["tool"]})
     claude.server.queue_http_error(500, marks["body"])
     provider = claude.provider(
         model=f"claude-{marks['stderr']}",

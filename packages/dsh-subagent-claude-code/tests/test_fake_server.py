@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 from pathlib import Path
 from typing import Any
 
-from dsh.subagent_claude_code.testing import FakeMessagesServer, hermetic_env
+from dsh.subagent_claude_code.testing import Behaviour, FakeMessagesServer, hermetic_env
 
 
 def _post(
@@ -49,7 +50,7 @@ def _events(raw: bytes) -> list[dict[str, Any]]:
 def test_sse_json_errors_tool_use_and_recording(tmp_path: Path) -> None:
     with FakeMessagesServer() as server:
         server.queue_text("hello ✓", match="second")
-        server.queue_tool_use("Write", {"file_path": "a", "content": "b"})
+        server.queue_tool_call("Write", {"file_path": "a", "content": "b"})
         server.queue_http_error(429, "slow down")
         status, headers, raw = _post(server, _body("second task", True))
         assert status == 200
@@ -93,7 +94,7 @@ def test_sse_json_errors_tool_use_and_recording(tmp_path: Path) -> None:
 
 
 def test_drop_and_stall_release() -> None:
-    with FakeMessagesServer(default_text="fallback") as server:
+    with FakeMessagesServer(default=Behaviour("text", text="fallback")) as server:
         server.queue_drop("part")
         port = int(server.base_url.rsplit(":", 1)[1])
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
@@ -110,7 +111,7 @@ def test_drop_and_stall_release() -> None:
         server.queue_stall()
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         conn.request("POST", "/v1/messages", json.dumps(_body("t", True)))
-        assert server.wait_for_requests(2, timeout=5)
+        assert asyncio.run(server.wait_for_requests(2, timeout=5))
         server.release_stalls()
         try:
             conn.getresponse()

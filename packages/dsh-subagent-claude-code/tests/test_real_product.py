@@ -103,7 +103,7 @@ async def test_dont_ask_denies_write_with_two_line_diagnostic(
 ) -> None:
     provider = make_provider()  # permission_mode defaults to dontAsk
     target = workspace / "denied.txt"
-    server.queue_tool_use("Write", {"file_path": str(target), "content": "nope"})
+    server.queue_tool_call("Write", {"file_path": str(target), "content": "nope"})
     server.queue_http_error(500, "after the denial")
     run = await provider.start(make_request("write a file", workspace))
     result = await run.result()
@@ -129,7 +129,7 @@ async def test_can_use_tool_denies_with_fixed_message_and_fact(
     provider = make_provider(permission_mode="acceptEdits")
     target = workspace / "asked.txt"
     command = f"python3 -c \"open('{target}', 'w').write('nope')\""
-    server.queue_tool_use("Bash", {"command": command, "description": "write a file"})
+    server.queue_tool_call("Bash", {"command": command, "description": "write a file"})
     server.queue_http_error(500, "after the denial")
     run = await provider.start(make_request("run a command", workspace))
     result = await run.result()
@@ -187,7 +187,7 @@ async def test_modes_write_or_plan(
 ) -> None:
     provider = make_provider(permission_mode=mode, env=extra)
     target = workspace / "out.txt"
-    server.queue_tool_use("Write", {"file_path": str(target), "content": "written"})
+    server.queue_tool_call("Write", {"file_path": str(target), "content": "written"})
     answer = "done" if written else "PLAN: 1. create out.txt with 'written'"
     server.queue_text(answer)
     run = await provider.start(make_request("create out.txt", workspace))
@@ -250,7 +250,7 @@ async def test_turn_limit(
     server: FakeMessagesServer, make_provider: Any, make_request: Any, workspace: Path
 ) -> None:
     provider = make_provider(permission_mode="acceptEdits", env={"CLAUDE_CODE_MAX_TURNS": "1"})
-    server.queue_tool_use("Write", {"file_path": str(workspace / "t.txt"), "content": "x"})
+    server.queue_tool_call("Write", {"file_path": str(workspace / "t.txt"), "content": "x"})
     server.queue_text("never reached")
     run = await provider.start(make_request("loop", workspace))
     result = await run.result()
@@ -297,7 +297,7 @@ async def test_cancel_mid_turn_with_bash_tool_running(
 ) -> None:
     provider = make_provider(permission_mode="bypassPermissions", env={"IS_SANDBOX": "1"})
     command = 'python3 -c "import time; time.sleep(60)"'
-    server.queue_tool_use("Bash", {"command": command, "description": "hold"})
+    server.queue_tool_call("Bash", {"command": command, "description": "hold"})
     server.queue_text("never")
     run = await provider.start(make_request("run a long command", workspace))
     tree_id = _tree_id(run)

@@ -43,7 +43,7 @@ async def test_an_exit_during_start_up_keeps_the_start_up_stage(
         await codex_env.provider(stderr="discard").start(codex_env.request("t"))
     stage = "initialize" if step == "initialize" else "thread-start"
     assert str(info.value) == "subagent-codex: " + _line(stage, "process-exit", "; signal: SIGKILL")
-    assert codex_env.server.model_requests == []
+    assert codex_env.server.requests == []
 
 
 async def test_a_503_after_a_final_answer_keeps_the_answer_as_partial_output(
@@ -65,7 +65,7 @@ async def test_a_503_after_a_final_answer_keeps_the_answer_as_partial_output(
     assert result.stop_reason is StopReason.ERROR
     assert result.output == (TextBlock("the answer so far"),)
     assert result.diagnostic == _line("turn", "httpConnectionFailed", "; HTTP status: 503")
-    assert len(codex_env.server.model_requests) == 2
+    assert len(codex_env.server.requests) == 2
 
 
 async def test_a_lone_surrogate_prompt_is_rejected_before_spawning(codex_env: Env) -> None:
@@ -76,7 +76,7 @@ async def test_a_lone_surrogate_prompt_is_rejected_before_spawning(codex_env: En
         " (prompt[1] holds an unpaired surrogate)"
     )
     assert LONE_SURROGATE not in str(info.value)
-    assert codex_env.server.requests == []
+    assert codex_env.server.all_requests == []
     assert await asyncio.to_thread(marked_processes, owner_pid=os.getpid()) == []
 
 
@@ -97,7 +97,7 @@ async def test_a_turn_start_the_product_drops_settles_instead_of_waiting_forever
     assert result.stop_reason is StopReason.ERROR
     assert result.output == ()
     assert result.diagnostic == _line("turn-start", "unknown")
-    assert codex_env.server.requests == []
+    assert codex_env.server.all_requests == []
 
 
 async def test_a_kill_after_a_final_answer_keeps_the_answer_with_the_process_exit(

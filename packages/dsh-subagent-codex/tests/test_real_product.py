@@ -40,18 +40,18 @@ CANARY = "CANARY-7f3e9b1c-secret"
 
 
 async def test_model_reaches_thread_start_and_request_body(codex_env: Env) -> None:
-    codex_env.server.queue_message("one")
-    codex_env.server.queue_message("two")
+    codex_env.server.queue_text("one")
+    codex_env.server.queue_text("two")
     async with await codex_env.provider(model="explicit-model").start(
         codex_env.request("a")
     ) as run:
         assert (await run.result()).text == "one"
     async with await codex_env.provider().start(codex_env.request("b")) as run:
         assert (await run.result()).text == "two"
-    first, second = codex_env.server.model_requests
-    assert first.json["model"] == "explicit-model"
+    first, second = codex_env.server.requests
+    assert first.body["model"] == "explicit-model"
     assert _metadata_of(codex_env.server, 0)["model"] == "explicit-model"
-    assert second.json["model"] == "mock-model"  # the native choice from config.toml
+    assert second.body["model"] == "mock-model"  # the native choice from config.toml
 
 
 async def test_two_named_instances_run_concurrently_and_cancel_is_isolated(tmp_path: Path) -> None:
@@ -70,7 +70,7 @@ async def test_two_named_instances_run_concurrently_and_cancel_is_isolated(tmp_p
                 provider_name="codex-b", model="model-b", env=hermetic_env(home_b, api_key="sk-b")
             )
         )
-        server_a.queue_message("answer a")
+        server_a.queue_text("answer a")
         server_b.queue_stall(seconds=30)
         run_a, run_b = await asyncio.gather(
             provider_a.start(make_start_request(ws, "task a", provider="codex-a")),
@@ -86,26 +86,24 @@ async def test_two_named_instances_run_concurrently_and_cancel_is_isolated(tmp_p
         assert result_b.stop_reason is StopReason.ABORTED
         assert result_a.stop_reason is StopReason.COMPLETED
         assert result_a.text == "answer a"
-        (req_a,) = server_a.model_requests
-        (req_b,) = server_b.model_requests
-        assert req_a.json["model"] == "model-a"
-        assert req_b.json["model"] == "model-b"
+        (req_a,) = server_a.requests
+        (req_b,) = server_b.requests
+        assert req_a.body["model"] == "model-a"
+        assert req_b.body["model"] == "model-b"
         assert req_a.headers["authorization"] == "Bearer sk-a"
         assert req_b.headers["authorization"] == "Bearer sk-b"
 
 
 def _metadata_of(server: FakeResponsesServer, index: int) -> dict[str, Any]:
-    value: dict[str, Any] = json.loads(
-        server.model_requests[index].headers["x-codex-turn-metadata"]
-    )
+    value: dict[str, Any] = json.loads(server.requests[index].headers["x-codex-turn-metadata"])
     return value
 
 
 def _tool_outputs(server: FakeResponsesServer) -> list[str]:
     """The newest tool result the model got in each follow-up request (one per tool call here)."""
     outputs: list[str] = []
-    for request in server.model_requests[1:]:
-        results = [i for i in request.json["input"] if i["type"] == "function_call_output"]
+    for request in server.requests[1:]:
+        results = [i for i in request.body["input"] if i["type"] == "function_call_output"]
         outputs.append(results[-1]["output"])
     return outputs
 
@@ -145,7 +143,7 @@ async def test_never_overrides_ambient_on_request_and_denies_the_write(
     # Under the ambient on-request policy the escalation would raise an approval request, which
     # the provider answers "cancel" (the turn would end interrupted after one POST). Under the
     # thread-level "never" Codex rejects all three writes itself and asks the model again.
-    assert len(fake.model_requests) == 4
+    assert len(fake.requests) == 4
     assert _metadata_of(fake, 0)["sandbox_mode"] == "read-only"
     escalated, sandboxed, patched = _tool_outputs(fake)
     assert escalated.startswith("approval policy is Never; reject command")
@@ -209,8 +207,8 @@ async def _reviewed_write(tmp_path: Path, what: str, verdict: str) -> tuple[Any,
         )
         async with await provider.start(make_start_request(ws, "write a file")) as run:
             result = await run.result()
-        requests = server.model_requests
-    assert [r.json["model"] for r in requests] == ["mock-model", "codex-auto-review", "mock-model"]
+        requests = server.requests
+    assert [r.body["model"] for r in requests] == ["mock-model", "codex-auto-review", "mock-model"]
     return (result, requests, target)
 
 
@@ -221,7 +219,7 @@ async def test_approve_for_me_reviewer_denial_gives_the_two_line_diagnostic(
     result, requests, target = await _reviewed_write(tmp_path, what, _DENY)
     assert not target.exists()
     assert list((tmp_path / "ws").iterdir()) == []
-    results = [i for i in requests[2].json["input"] if i["type"] == "function_call_output"]
+    results = [i for i in requests[2].body["input"] if i["type"] == "function_call_output"]
     assert "This action was rejected due to unacceptable risk." in results[-1]["output"]
     assert result.stop_reason is StopReason.ERROR
     line = "Codex unattended decision (mode: approve-for-me; "
@@ -253,15 +251,15 @@ async def test_permissive_modes_write_inside_the_workspace(
 ) -> None:
     # login=false skips the slow profile; a long yield time makes the tool wait for the exit.
     command = {"cmd": "echo hi > made.txt", "login": False, "yield_time_ms": 20000}
-    codex_env.server.queue_function_call("exec_command", command)
-    codex_env.server.queue_message("written", phase="final_answer")
+    codex_env.server.queue_tool_call("exec_command", command)
+    codex_env.server.queue_text("written", phase="final_answer")
     provider = codex_env.provider(permission_mode=mode)
     async with await provider.start(codex_env.request("write")) as run:
         result = await run.result()
     assert result.text == "written"
     outputs = [
         item["output"]
-        for item in codex_env.server.model_requests[1].json["input"]
+        for item in codex_env.server.requests[1].body["input"]
         if item["type"] == "function_call_output"
     ]
     assert "Process exited with code 0" in outputs[-1]
@@ -376,7 +374,7 @@ async def test_missing_payload_fails_safely_and_never_runs_a_host_codex(
 
 
 def _conformance_route(request: RecordedRequest) -> Behaviour | None:
-    task = request.task_text or ""
+    task = request.task or ""
     if task == "fail please":
         return HttpStatus(500, {"error": {"message": "x"}})
     if task == "stall please":

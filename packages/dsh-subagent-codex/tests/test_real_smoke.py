@@ -13,18 +13,18 @@ pytestmark = pytest.mark.real_product
 
 async def test_task_and_key_reach_the_server_and_answer_is_byte_exact(codex_env: Env) -> None:
     answer = "  Hello — ünïcode\n\tend  "
-    codex_env.server.queue_message(answer, phase="final_answer")
+    codex_env.server.queue_text(answer, phase="final_answer")
     async with await codex_env.provider().start(codex_env.request("say hi ", "please")) as run:
         result = await run.result()
     assert result.stop_reason is StopReason.COMPLETED
     assert result.text == answer
     assert result.diagnostic is None
-    (first,) = codex_env.server.model_requests
+    (first,) = codex_env.server.requests
     assert first.headers["authorization"] == "Bearer sk-dsh-fake-key-0000"
-    last = first.json["input"][-1]
+    last = first.body["input"][-1]
     assert last["role"] == "user"
     assert last["content"] == [
         {"type": "input_text", "text": "say hi "},
         {"type": "input_text", "text": "please"},
     ]
-    assert first.json["model"] == "mock-model"
+    assert first.body["model"] == "mock-model"

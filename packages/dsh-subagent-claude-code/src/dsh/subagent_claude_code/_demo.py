@@ -41,14 +41,14 @@ class _Model:
         return _config(self._root, self.server.base_url)
 
     def answer(self, token: str, text: str) -> None:
-        self.server.queue(Behaviour("text", text=text, match=token))
+        self.server.queue_text(text, match=token)
 
     def busy(self, token: str) -> None:
         # The model request stalls, so the CLI stays alive mid-turn.
-        self.server.queue(Behaviour("stall", match=token))
+        self.server.queue_stall(match=token)
 
     def fail(self, token: str) -> DemoFailure:
-        self.server.queue(Behaviour("http_error", status=401, body=DEMO_ERROR_BODY, match=token))
+        self.server.queue_http_error(401, DEMO_ERROR_BODY, match=token)
         return DemoFailure("HTTP 401", FAILURE)
 
     def tasks_seen(self) -> list[str]:
@@ -64,7 +64,7 @@ async def _model(root: Path) -> AsyncIterator[DemoModel]:
 
 @asynccontextmanager
 async def _serve(root: Path) -> AsyncIterator[Mapping[str, Any]]:
-    async with FakeMessagesServer(default_text=SERVE_ANSWER) as server:
+    async with FakeMessagesServer(default=Behaviour("text", text=SERVE_ANSWER)) as server:
         yield _config(root, server.base_url)
 
 

@@ -14,17 +14,14 @@ import os
 import re
 import shlex
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 
-from dsh.subagent import DoctorCheck, credential_checks
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
 from dsh.subprocess import EnvForwarding
 
 __all__ = [
     "CLAUDE_CONFIG_DIR_ENV",
     "ENV_FILE_NAME",
-    "credential_rows",
     "forwarding",
     "make_run_dir",
     "tool_env_script",
@@ -68,15 +65,3 @@ def make_run_dir(config: ClaudeCodeProviderConfig) -> tuple[str, str]:
     script.write_text(tool_env_script(config), encoding="utf-8")
     script.chmod(0o400)
     return run_dir, str(script)
-
-
-def credential_rows(
-    config: ClaudeCodeProviderConfig, environ: Mapping[str, str] | None = None
-) -> list[DoctorCheck]:
-    """``dsh doctor`` rows: the credential names the CLI will see and whether a login exists."""
-    ambient: Mapping[str, str] = os.environ if environ is None else environ
-    config_dir = config.env.get("CLAUDE_CONFIG_DIR") or ambient.get("CLAUDE_CONFIG_DIR")
-    home = Path(config.env.get("HOME") or Path.home())
-    root = Path(config_dir) if config_dir else home / ".claude"
-    names = forwarding(config).credential_names(ambient)
-    return credential_checks(names, [root / ".credentials.json"])

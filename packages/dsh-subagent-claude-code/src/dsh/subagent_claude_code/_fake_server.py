@@ -1,4 +1,9 @@
-"""A loopback Anthropic Messages API for keyless runs of the real Claude Code CLI."""
+"""A loopback Anthropic Messages API for keyless runs of the real Claude Code CLI.
+
+It scripts like every dsh fake model server (``dsh.subagent.testing.ScriptedModelServer``): an
+ordered queue of replies, ``match=`` per task, an optional ``route``, a ``default``, then an HTTP
+500.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,6 @@ import json
 import os
 import threading
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,6 +19,7 @@ from types import TracebackType
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from dsh.subagent.testing import NO_REPLY_MESSAGE, ModelRequest, ScriptedModelServer
 from dsh.subagent_claude_code.config import CLAUDE_CREDENTIAL_ENV
 
 __all__ = ["Behaviour", "FakeMessagesServer", "RecordedRequest", "hermetic_env"]
@@ -25,7 +30,10 @@ _USAGE = {"input_tokens": 10, "output_tokens": 5}
 
 @dataclass(frozen=True, slots=True)
 class Behaviour:
-    """One queued answer: ``text``, ``tool_use``, ``http_error``, ``drop`` or ``stall``."""
+    """One scripted reply: ``text``, ``tool_use``, ``http_error``, ``drop`` or ``stall``.
+
+    A ``stall`` lasts ``seconds`` when set, else until ``release_stalls()`` or ``close()``.
+    """
 
     kind: Literal["text", "tool_use", "http_error", "drop", "stall"]
     text: str = ""
@@ -33,19 +41,12 @@ class Behaviour:
     tool_input: Mapping[str, Any] = field(default_factory=dict)
     status: int = 0
     body: str = ""
-    match: str | None = None
+    seconds: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class RecordedRequest:
-    """One request as the server saw it (headers keyed in lower case)."""
-
-    method: str
-    path: str
-    query: str
-    headers: dict[str, str]
-    body: dict[str, Any] | None
-    raw_body: bytes
+@dataclass(frozen=True)
+class RecordedRequest(ModelRequest):
+    """One request as the server saw it (see ``ModelRequest``: ``body`` is the parsed JSON)."""
 
     @property
     def stream(self) -> bool:
@@ -92,33 +93,24 @@ def _task_of(body: dict[str, Any] | None) -> str | None:
     return None
 
 
-class FakeMessagesServer:
+class FakeMessagesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
     """An Anthropic Messages API on 127.0.0.1, in a background thread.
 
-    Answers ``POST /v1/messages`` (with or without ``?beta=true``) from a FIFO queue of
-    behaviours; a behaviour queued with ``match=`` serves only requests whose task contains that
-    text (so concurrent runs can be scripted apart). Streaming requests get SSE, the CLI's
-    non-streaming fallback gets plain JSON. With the queue empty the server answers
-    ``default_text`` (or HTTP 500 when that is ``None``). ``route`` (optional) picks a behaviour
-    per request from its recorded form (for example from the tool results it carries); returning
-    ``None`` falls back to the queue. Every request is recorded.
-
-    Use as a context manager (sync or async) or call :meth:`start` and :meth:`close`.
+    Answers ``POST /v1/messages`` (with or without ``?beta=true``) with scripted replies
+    (``Behaviour``): ``queue(...)`` or the ``queue_*`` helpers (each takes ``match=``),
+    ``route=`` and ``default=`` as ``ScriptedModelServer`` describes. Streaming requests get SSE,
+    the CLI's non-streaming fallback gets plain JSON. ``requests`` lists the ``/v1/messages``
+    calls. Use as a context manager (sync or async) or call :meth:`start` and :meth:`close`.
     """
 
     def __init__(
         self,
         *,
-        default_text: str | None = None,
+        default: Behaviour | None = None,
         route: Callable[[RecordedRequest], Behaviour | None] | None = None,
     ) -> None:
-        self.default_text = default_text
-        self._route = route
-        self._queue: deque[Behaviour] = deque()
-        self._lock = threading.Lock()
-        self._records: list[RecordedRequest] = []
+        super().__init__(default=default, route=route)
         self._released = threading.Event()
-        self._arrived = threading.Condition(self._lock)
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -174,78 +166,41 @@ class FakeMessagesServer:
             raise RuntimeError("FakeMessagesServer is not started")
         return f"http://127.0.0.1:{self._httpd.server_address[1]}"
 
-    # ---- scripting ------------------------------------------------------------------------
-
-    def queue(self, behaviour: Behaviour) -> None:
-        with self._lock:
-            self._queue.append(behaviour)
+    # ---- scripting helpers (the names every dsh fake model server offers) ------------------
 
     def queue_text(self, text: str, *, match: str | None = None) -> None:
-        self.queue(Behaviour("text", text=text, match=match))
+        """An answer: one text block."""
+        self.queue(Behaviour("text", text=text), match=match)
 
-    def queue_tool_use(
-        self, name: str, tool_input: Mapping[str, Any], *, match: str | None = None
+    def queue_tool_call(
+        self, name: str, arguments: Mapping[str, Any], *, match: str | None = None
     ) -> None:
-        self.queue(Behaviour("tool_use", tool_name=name, tool_input=dict(tool_input), match=match))
+        """A ``tool_use`` block calling ``name`` with ``arguments`` as its input."""
+        self.queue(Behaviour("tool_use", tool_name=name, tool_input=dict(arguments)), match=match)
 
     def queue_http_error(
         self, status: int, message: str = "fake error", *, match: str | None = None
     ) -> None:
         """An HTTP error with an Anthropic-shaped JSON error body carrying ``message``."""
-        self.queue(Behaviour("http_error", status=status, body=message, match=match))
+        self.queue(Behaviour("http_error", status=status, body=message), match=match)
 
     def queue_drop(self, partial_text: str = "partial", *, match: str | None = None) -> None:
         """Send the start of an answer, then close the connection mid-stream."""
-        self.queue(Behaviour("drop", text=partial_text, match=match))
+        self.queue(Behaviour("drop", text=partial_text), match=match)
 
-    def queue_stall(self, *, match: str | None = None) -> None:
-        """Accept the request and never answer (until :meth:`release_stalls` or close)."""
-        self.queue(Behaviour("stall", match=match))
+    def queue_stall(self, *, seconds: float | None = None, match: str | None = None) -> None:
+        """Accept the request and go silent (for ``seconds``, or until released or closed)."""
+        self.queue(Behaviour("stall", seconds=seconds), match=match)
 
     def release_stalls(self) -> None:
         """Let every stalled request end (its connection is closed); later stalls stall again."""
         released, self._released = self._released, threading.Event()
         released.set()
 
-    @property
-    def pending(self) -> int:
-        with self._lock:
-            return len(self._queue)
-
-    # ---- observation ----------------------------------------------------------------------
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """Every ``POST`` to ``/v1/messages`` so far, in arrival order."""
-        with self._lock:
-            return list(self._records)
-
-    def wait_for_requests(self, count: int, timeout: float = 30.0) -> bool:
-        """Block (in a thread, not on an event loop) until ``count`` requests arrived."""
-        with self._arrived:
-            return self._arrived.wait_for(lambda: len(self._records) >= count, timeout)
-
     # ---- internals ------------------------------------------------------------------------
 
-    def _take(self, record: RecordedRequest) -> Behaviour | None:
-        with self._lock:
-            self._records.append(record)
-            self._arrived.notify_all()
-        routed = self._route(record) if self._route is not None else None
-        if routed is not None:
-            return routed
-        with self._lock:
-            task = record.task or ""
-            for behaviour in self._queue:
-                if behaviour.match is None or behaviour.match in task:
-                    self._queue.remove(behaviour)
-                    return behaviour
-        if self.default_text is None:
-            return None
-        return Behaviour("text", text=self.default_text)
-
-    def _wait_released(self) -> None:
-        self._released.wait()
+    def _wait_released(self, seconds: float | None) -> None:
+        self._released.wait(seconds)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -256,6 +211,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_HEAD(self) -> None:
+        self._recorded(b"")
         self.send_response(200)
         self.send_header("Content-Length", "0")
         self.send_header("Connection", "close")
@@ -263,37 +219,25 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
     def do_GET(self) -> None:
+        self._recorded(b"")
         self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "no"}})
 
     def do_POST(self) -> None:
-        url = urlsplit(self.path)
         length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length > 0 else b""
-        if url.path.rstrip("/") != "/v1/messages":
+        record = self._recorded(self.rfile.read(length) if length > 0 else b"")
+        if record is None:
             self._json(
                 404, {"type": "error", "error": {"type": "not_found_error", "message": "no"}}
             )
             return
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        record = RecordedRequest(
-            method="POST",
-            path=url.path,
-            query=url.query,
-            headers={k.lower(): v for k, v in self.headers.items()},
-            body=body if isinstance(body, dict) else None,
-            raw_body=raw,
-        )
-        behaviour = self.fake._take(record)
+        behaviour = self.fake._answer(record)
         model = record.model or _DEFAULT_MODEL
         if behaviour is None:
-            self._json(500, _error_body(500, "no answer queued"))
+            self._json(500, _error_body(500, NO_REPLY_MESSAGE))
         elif behaviour.kind == "http_error":
             self._json(behaviour.status, _error_body(behaviour.status, behaviour.body))
         elif behaviour.kind == "stall":
-            self.fake._wait_released()
+            self.fake._wait_released(behaviour.seconds)
             self.close_connection = True
         elif behaviour.kind == "drop":
             self._drop(record.stream, behaviour, model)
@@ -301,6 +245,27 @@ class _Handler(BaseHTTPRequestHandler):
             self._sse(list(_events(behaviour, model)))
         else:
             self._json(200, _message(behaviour, model))
+
+    def _recorded(self, raw: bytes) -> RecordedRequest | None:
+        """The request as recorded; a ``POST /v1/messages`` is returned for the script to
+        answer, anything else is recorded as it is and gives ``None``."""
+        url = urlsplit(self.path)
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        record = RecordedRequest(
+            method=self.command,
+            path=url.path,
+            query=url.query,
+            headers={k.lower(): v for k, v in self.headers.items()},
+            body=body if isinstance(body, dict) else None,
+            raw_body=raw,
+        )
+        if self.command == "POST" and url.path.rstrip("/") == "/v1/messages":
+            return record
+        self.fake._record(record, model_call=False)
+        return None
 
     def _json(self, status: int, payload: dict[str, Any]) -> None:
         data = json.dumps(payload).encode()

@@ -5,20 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, Self
 
-from dsh.subagent import (
-    NO_START_CAPABILITIES,
-    Capabilities,
-    DemoPlan,
-    DoctorCheck,
-    FailureFacts,
-    ProductFailure,
-    ResolvedStartRequest,
-    check_one_shot_request,
-    payload_check,
-    version_check,
-)
+from dsh.subagent import DemoPlan, FailureFacts, ProductFailure, ResolvedStartRequest
+from dsh.subagent.kit import ProductInstall, ProviderBase, check_one_shot_request
 from dsh.subagent_claude_code import _command
 from dsh.subagent_claude_code._command import (
     PayloadMissing,
@@ -26,11 +15,7 @@ from dsh.subagent_claude_code._command import (
     child_env_overlay,
     cli_argv,
 )
-from dsh.subagent_claude_code._env import (
-    credential_rows,
-    forwarding,
-    make_run_dir,
-)
+from dsh.subagent_claude_code._env import CLAUDE_CONFIG_DIR_ENV, forwarding, make_run_dir
 from dsh.subagent_claude_code._mapping import PRODUCT
 from dsh.subagent_claude_code._run import PREFIX, ClaudeCodeRun, StartupExit
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
@@ -46,14 +31,26 @@ def _start_failure(category: str = "unknown") -> ProductFailure:
     return ProductFailure.from_facts(PREFIX, facts)
 
 
-class ClaudeCodeProvider:
+_INSTALL = ProductInstall(
+    version_label="claude-agent-sdk version",
+    distribution="claude-agent-sdk",
+    payload_label="Claude Code payload",
+    locate_payload=lambda: _command.bundled_cli(),  # looked up per call (tests replace it)
+    config_dir_env=CLAUDE_CONFIG_DIR_ENV[0],
+    default_config_dir=".claude",
+    login_file=".credentials.json",
+)
+
+
+class ClaudeCodeProvider(ProviderBase[ClaudeCodeProviderConfig]):
     """Runs one-shot tasks on the Claude Code CLI bundled in ``claude-agent-sdk``.
 
     Building a provider starts no process and does no PATH lookup; ``start()`` does the work.
+    ``doctor()`` reports the pinned SDK, its bundled CLI and this instance's credentials.
     """
 
-    capabilities: Capabilities = NO_START_CAPABILITIES
-    inherits_parent_context: bool = False
+    config_class = ClaudeCodeProviderConfig
+    install = _INSTALL
 
     def __init__(
         self,
@@ -61,14 +58,9 @@ class ClaudeCodeProvider:
         *,
         runtime: SubprocessRuntime | None = None,
     ) -> None:
-        self.config = config if config is not None else ClaudeCodeProviderConfig()
+        super().__init__(config)
         self._runtime = runtime
         self._cli_command: Sequence[str] | None = None  # test-only seam (see .testing)
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> Self:
-        """Build from a plain mapping (entry-point loading), validated by the pydantic config."""
-        return cls(ClaudeCodeProviderConfig.model_validate(dict(config)))
 
     @staticmethod
     def demo() -> DemoPlan:
@@ -78,21 +70,11 @@ class ClaudeCodeProvider:
 
         return demo_plan()
 
-    def doctor(self) -> list[DoctorCheck]:
-        """``dsh doctor`` rows: the pinned SDK, its bundled CLI, and this instance's credentials."""
-        return [
-            version_check("claude-agent-sdk version", "claude-agent-sdk"),
-            payload_check("Claude Code payload", lambda: _command.bundled_cli()),
-            *credential_rows(self.config),
-        ]
+    def credential_names(self, environ: Mapping[str, str]) -> list[str]:
+        return forwarding(self.config).credential_names(environ)
 
     def forwarded_env_names(self) -> tuple[str, ...]:
-        """The names (never values) of the env this instance passes on to the CLI."""
         return forwarding(self.config).names()
-
-    @property
-    def name(self) -> str:
-        return self.config.provider_name
 
     async def start(self, request: ResolvedStartRequest) -> ClaudeCodeRun:
         cwd, texts = check_one_shot_request(request, prefix=PREFIX, unusable_cwd=_start_failure)

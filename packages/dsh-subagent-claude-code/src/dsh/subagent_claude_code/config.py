@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
-
 from dsh.subagent.kit import ProviderConfigBase
 
 __all__ = ["CLAUDE_CREDENTIAL_ENV", "ClaudeCodeProviderConfig", "PermissionMode"]
@@ -27,29 +25,14 @@ PermissionMode = Literal["dontAsk", "acceptEdits", "auto", "plan", "bypassPermis
 class ClaudeCodeProviderConfig(ProviderConfigBase):
     """One named Claude Code provider instance (snake_case, frozen, unknown fields rejected).
 
-    The env, forwarding, grace, stderr and niceness fields come from ``ProviderConfigBase``
-    (``tool_env`` names what the Bash tool's commands may still see). Login, model provider,
-    base URL and retries stay native Claude Code configuration, supplied through ``env`` and
-    ``inherit_env``.
+    The name, model, env, forwarding, grace, stderr and niceness fields come from
+    ``ProviderConfigBase`` (``tool_env`` names what the Bash tool's commands may still see).
+    Login, model provider, base URL and retries stay native Claude Code configuration, supplied
+    through ``env`` and ``inherit_env``.
     """
 
-    provider_name: str = Field(default="claude-code", min_length=1)
-    model: str | None = None
+    provider_name: str = "claude-code"
     credential_env: tuple[str, ...] = CLAUDE_CREDENTIAL_ENV
     """Ambient credential names forwarded when set; ``[]`` forwards none. Tools never see them."""
     permission_mode: PermissionMode = "dontAsk"
     private_tmp: bool = True
-
-    @field_validator("provider_name")
-    @classmethod
-    def _name_not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("provider_name must be non-empty")
-        return value
-
-    @field_validator("model")
-    @classmethod
-    def _model_not_blank(cls, value: str | None) -> str | None:
-        if value is not None and not value.strip():
-            raise ValueError("model must be non-empty when set")
-        return value

@@ -1,6 +1,7 @@
 """Test and demo helpers shipped in the wheel.
 
-``FakeMessagesServer`` is an Anthropic Messages API on 127.0.0.1; ``hermetic_env(root, base_url)``
+``FakeMessagesServer`` is an Anthropic Messages API on 127.0.0.1, scripted like every dsh fake
+model server (``dsh.subagent.testing.ScriptedModelServer``); ``hermetic_env(root, base_url)``
 is the env overlay for a keyless run of the real CLI against it. ``provider_with_program`` (also
 ``provider_with_cli``) builds a provider that runs a scripted stand-in program instead of the
 bundled CLI: it exists for protocol branches the real CLI cannot be made to produce, and no config

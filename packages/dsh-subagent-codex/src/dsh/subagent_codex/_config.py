@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
-
 from dsh.subagent.kit import ProviderConfigBase
 
 __all__ = ["CODEX_CREDENTIAL_ENV", "CodexProviderConfig", "PermissionMode"]
@@ -19,27 +17,13 @@ PermissionMode = Literal["never", "approve-for-me", "dangerously-bypass-approval
 class CodexProviderConfig(ProviderConfigBase):
     """One Codex provider instance (snake_case fields; frozen; unknown fields are rejected).
 
-    The env, forwarding, grace, stderr and niceness fields come from ``ProviderConfigBase``.
+    The name, model, env, forwarding, grace, stderr and niceness fields come from
+    ``ProviderConfigBase``.
     Everything not listed (``CODEX_HOME``, login, model provider, MCP servers, retries) is native
     Codex configuration that the deployment supplies through ``env`` and ``CODEX_HOME``.
     """
 
-    provider_name: str = Field(default="codex", min_length=1)
-    model: str | None = Field(default=None, min_length=1)
+    provider_name: str = "codex"
     credential_env: tuple[str, ...] = CODEX_CREDENTIAL_ENV
     """Ambient credential names forwarded when set; ``[]`` forwards none. Tools never see them."""
     permission_mode: PermissionMode = "never"
-
-    @field_validator("provider_name")
-    @classmethod
-    def _name_not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("provider_name must not be blank")
-        return value
-
-    @field_validator("model")
-    @classmethod
-    def _model_not_blank(cls, value: str | None) -> str | None:
-        if value is not None and not value.strip():
-            raise ValueError("model must not be blank when set")
-        return value

@@ -14,12 +14,9 @@ from typing import Any
 
 from dsh.subagent import DEMO_ERROR_BODY, DemoFailure, DemoModel, DemoPlan
 from dsh.subagent_codex.testing import (
-    Behaviour,
     FakeResponsesServer,
-    FunctionCallItem,
     HttpStatus,
     MessageItem,
-    RecordedRequest,
     Reply,
     hermetic_env,
     write_codex_home,
@@ -44,36 +41,31 @@ def _config(root: Path, base_url: str) -> dict[str, Any]:
 
 
 class _Model:
-    """The running server and the behaviour scripted for each token."""
+    """The running server; each token's replies are queued with ``match=token``."""
 
     def __init__(self, root: Path) -> None:
         self._root = root
-        self._script: dict[str, Behaviour] = {}
-        self.server = FakeResponsesServer(route=self._route)
-
-    def _route(self, request: RecordedRequest) -> Behaviour | None:
-        # The whole body, so a follow-up request of the same turn gets the same behaviour.
-        for token, behaviour in self._script.items():
-            if token.encode() in request.body:
-                return behaviour
-        return None
+        self.server = FakeResponsesServer()
 
     def provider_config(self) -> dict[str, Any]:
         return _config(self._root, self.server.base_url)
 
     def answer(self, token: str, text: str) -> None:
-        self._script[token] = Reply((MessageItem(text),))
+        self.server.queue_text(text, match=token)
 
     def busy(self, token: str) -> None:
-        self._script[token] = Reply((FunctionCallItem("exec_command", _BUSY_COMMAND),))
+        # The command runs until the demo cancels; should Codex report on it first (a follow-up
+        # request of the same turn, same task), the model stalls and the turn stays busy.
+        self.server.queue_tool_call("exec_command", _BUSY_COMMAND, match=token)
+        self.server.queue_stall(match=token)
 
     def fail(self, token: str) -> DemoFailure:
         body = {"error": {"message": DEMO_ERROR_BODY, "code": "server_error"}}
-        self._script[token] = HttpStatus(503, body)
+        self.server.queue(HttpStatus(503, body), match=token)
         return DemoFailure("HTTP 503", FAILURE)
 
     def tasks_seen(self) -> list[str]:
-        return [r.task_text or "" for r in self.server.model_requests]
+        return [r.task or "" for r in self.server.requests]
 
 
 @asynccontextmanager

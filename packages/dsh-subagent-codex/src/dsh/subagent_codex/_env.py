@@ -8,15 +8,10 @@ passed as a thread-level config override, so a command running ``env`` cannot pr
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from pathlib import Path
-
-from dsh.subagent import DoctorCheck, credential_checks
 from dsh.subagent_codex._config import CodexProviderConfig
 from dsh.subprocess import EnvForwarding
 
-__all__ = ["CODEX_CONFIG_DIR_ENV", "credential_rows", "forwarding", "tool_env_override"]
+__all__ = ["CODEX_CONFIG_DIR_ENV", "forwarding", "tool_env_override"]
 
 CODEX_CONFIG_DIR_ENV = ("CODEX_HOME", "CODEX_SQLITE_HOME", "CODEX_CA_CERTIFICATE")
 """The product's own config names: the ``core`` policy keeps them."""
@@ -33,13 +28,3 @@ def tool_env_override(config: CodexProviderConfig) -> dict[str, list[str]]:
     A dotted key, so the rest of the deployment's ``shell_environment_policy`` still applies.
     """
     return {"shell_environment_policy.exclude": forwarding(config).hidden()}
-
-
-def credential_rows(
-    config: CodexProviderConfig, environ: Mapping[str, str] | None = None
-) -> list[DoctorCheck]:
-    """``dsh doctor`` rows: the credential names Codex will see and whether a login file exists."""
-    ambient: Mapping[str, str] = os.environ if environ is None else environ
-    home = config.env.get("CODEX_HOME") or ambient.get("CODEX_HOME")
-    root = Path(home) if home else Path(config.env.get("HOME") or Path.home()) / ".codex"
-    return credential_checks(forwarding(config).credential_names(ambient), [root / "auth.json"])

@@ -1,8 +1,9 @@
 """A loopback OpenAI Responses API (``POST .../responses`` with SSE) built on asyncio streams.
 
-Every request is answered from a FIFO of queued behaviours (or ``default`` when the queue is empty)
-and recorded with its headers. Everything is bounded: header and body sizes, the number of
-recorded requests, read timeouts and stall durations.
+It scripts like every dsh fake model server (``dsh.subagent.testing.ScriptedModelServer``): an
+ordered queue of replies, ``match=`` per task, an optional ``route``, a ``default``, then an HTTP
+500. Everything is bounded: header and body sizes, the number of recorded requests, read timeouts
+and stall durations.
 """
 
 from __future__ import annotations
@@ -11,15 +12,15 @@ import asyncio
 import contextlib
 import itertools
 import json
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self, TypeAlias
 
+from dsh.subagent.testing import NO_REPLY_MESSAGE, ModelRequest, ScriptedModelServer
+
 MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 32 * 1024 * 1024
-MAX_RECORDED_REQUESTS = 1000
 READ_TIMEOUT_S = 30.0
 MAX_STALL_S = 120.0
 
@@ -92,23 +93,28 @@ Behaviour: TypeAlias = Reply | HttpStatus | ResponseFailed | Drop | Stall
 
 
 @dataclass(frozen=True)
-class RecordedRequest:
-    """One request as the server saw it. ``headers`` has lower-cased names."""
-
-    method: str
-    path: str
-    headers: Mapping[str, str]
-    body: bytes
-    json: Any = field(default=None)
+class RecordedRequest(ModelRequest):
+    """One request as the server saw it (see ``ModelRequest``: ``body`` is the parsed JSON)."""
 
     @property
-    def task_text(self) -> str | None:
-        """The text of the last input item's first content part (the task, on a first request)."""
-        try:
-            text = self.json["input"][-1]["content"][0]["text"]
-        except (KeyError, IndexError, TypeError):
-            return None
-        return text if isinstance(text, str) else None
+    def task(self) -> str | None:
+        """The last text part of the last ``user`` message in ``input``: the run's task.
+
+        A follow-up request of the same turn (after a function call) carries the same task.
+        """
+        items = self.body.get("input") if isinstance(self.body, dict) else None
+        for item in reversed(items if isinstance(items, list) else []):
+            if isinstance(item, dict) and item.get("role") == "user":
+                return _last_text(item.get("content"))
+        return None
+
+
+def _last_text(content: Any) -> str | None:
+    if isinstance(content, str):
+        return content
+    parts = content if isinstance(content, list) else []
+    texts = [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str)]
+    return texts[-1] if texts else None
 
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found"}
@@ -116,13 +122,15 @@ _REASONS |= {413: "Payload Too Large", 429: "Too Many Requests", 500: "Internal 
 _REASONS |= {502: "Bad Gateway", 503: "Service Unavailable"}
 
 
-class FakeResponsesServer:
-    """An OpenAI Responses API on 127.0.0.1 serving queued behaviours.
+class FakeResponsesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
+    """An OpenAI Responses API on 127.0.0.1 serving scripted replies (``Behaviour``).
 
     Use ``async with FakeResponsesServer() as server:`` (or ``await start()`` / ``await stop()``),
-    point Codex at ``server.base_url`` (e.g. through ``write_codex_home``), queue behaviours with
-    ``queue(...)`` or the ``queue_*`` helpers and read ``requests`` afterwards. ``route`` (optional)
-    picks a behaviour per request (e.g. by ``task_text``); returning None falls back to the queue.
+    point Codex at ``server.base_url`` (e.g. through ``write_codex_home``), script it with
+    ``queue(...)`` or the ``queue_*`` helpers (each takes ``match=``), ``route=`` and ``default=``
+    as ``ScriptedModelServer`` describes, and read ``requests`` (the ``POST .../responses``
+    calls) afterwards. A stall ends after its ``seconds`` (at most ``MAX_STALL_S``), at
+    ``release_stalls()`` or at ``stop()``.
     """
 
     def __init__(
@@ -131,14 +139,10 @@ class FakeResponsesServer:
         default: Behaviour | None = None,
         route: Callable[[RecordedRequest], Behaviour | None] | None = None,
     ) -> None:
-        self._default = default
-        self._route = route
-        self._queue: deque[Behaviour] = deque()
-        self._requests: list[RecordedRequest] = []
+        super().__init__(default=default, route=route)
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
-        self._changed = asyncio.Event()
-        self._stopping = asyncio.Event()
+        self._stalls_released = asyncio.Event()
         self._ids = itertools.count(1)
         self._port = 0
 
@@ -151,7 +155,7 @@ class FakeResponsesServer:
 
     async def stop(self) -> None:
         server, self._server = self._server, None
-        self._stopping.set()
+        self._stalls_released.set()
         if server is None:
             return
         server.close()
@@ -184,50 +188,47 @@ class FakeResponsesServer:
         """The provider ``base_url`` Codex should use (ends in ``/v1``)."""
         return f"http://127.0.0.1:{self.port}/v1"
 
-    # -- behaviours ------------------------------------------------------------------------
-    def queue(self, *behaviours: Behaviour) -> None:
-        self._queue.extend(behaviours)
+    # -- scripting helpers (the names every dsh fake model server offers) -------------------
+    def queue_text(self, text: str, *, phase: str | None = None, match: str | None = None) -> None:
+        """An answer: one assistant message (with an optional Codex ``phase``)."""
+        self.queue(Reply((MessageItem(text, phase),)), match=match)
 
-    def queue_message(self, text: str, phase: str | None = None) -> None:
-        self.queue(Reply((MessageItem(text, phase),)))
-
-    def queue_function_call(
-        self, name: str, arguments: Mapping[str, Any] | str, call_id: str | None = None
+    def queue_tool_call(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | str,
+        *,
+        call_id: str | None = None,
+        match: str | None = None,
     ) -> None:
-        self.queue(Reply((FunctionCallItem(name, arguments, call_id),)))
+        """A function call (e.g. ``exec_command`` with ``{"cmd": "..."}``)."""
+        self.queue(Reply((FunctionCallItem(name, arguments, call_id),)), match=match)
 
-    def queue_status(self, status: int, body: Mapping[str, Any] | str | bytes = b"") -> None:
-        self.queue(HttpStatus(status, body))
+    def queue_http_error(
+        self, status: int, message: str = "fake error", *, match: str | None = None
+    ) -> None:
+        """An HTTP error with an OpenAI-shaped JSON error body carrying ``message``."""
+        self.queue(HttpStatus(status, _error_body(message)), match=match)
 
-    def queue_failed(self, code: str, message: str = "the fake model failed") -> None:
-        self.queue(ResponseFailed(code, message))
+    def queue_drop(self, partial_text: str = "partial", *, match: str | None = None) -> None:
+        """Send the start of an answer, then close the connection mid-stream."""
+        self.queue(Drop((MessageItem(partial_text),)), match=match)
 
-    def queue_drop(self, *items: OutputItem) -> None:
-        self.queue(Drop(items))
+    def queue_stall(self, *, seconds: float | None = None, match: str | None = None) -> None:
+        """Accept the request and go silent: for ``seconds`` if set, else until released or
+        stopped (either way at most ``MAX_STALL_S``)."""
+        self.queue(Stall((), MAX_STALL_S if seconds is None else seconds), match=match)
 
-    def queue_stall(self, *items: OutputItem, seconds: float = 60.0) -> None:
-        self.queue(Stall(items, seconds))
+    def queue_failed(
+        self, code: str, message: str = "the fake model failed", *, match: str | None = None
+    ) -> None:
+        """A stream ending in ``response.failed`` with ``error.code`` (Codex only)."""
+        self.queue(ResponseFailed(code, message), match=match)
 
-    @property
-    def pending(self) -> int:
-        return len(self._queue)
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        return list(self._requests)
-
-    @property
-    def model_requests(self) -> list[RecordedRequest]:
-        """Only the ``POST .../responses`` requests."""
-        return [r for r in self._requests if _is_responses(r.method, r.path)]
-
-    async def wait_for_requests(self, count: int, timeout: float = 30.0) -> list[RecordedRequest]:  # noqa: ASYNC109
-        """Wait (event-driven, bounded) until at least ``count`` model requests were recorded."""
-        async with asyncio.timeout(timeout):
-            while len(self.model_requests) < count:
-                self._changed.clear()
-                await self._changed.wait()
-        return self.model_requests
+    def release_stalls(self) -> None:
+        """End every stalled request now; call it on the server's loop."""
+        released, self._stalls_released = self._stalls_released, asyncio.Event()
+        released.set()
 
     # -- HTTP ------------------------------------------------------------------------------
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -268,18 +269,15 @@ class FakeResponsesServer:
         if body:
             with contextlib.suppress(ValueError, UnicodeDecodeError):
                 parsed = json.loads(body)
-        if len(self._requests) < MAX_RECORDED_REQUESTS:
-            self._requests.append(RecordedRequest(method, path, headers, body, parsed))
-        self._changed.set()
-        if not _is_responses(method, path):
+        route, _, query = path.partition("?")
+        request = RecordedRequest(method, route, query, headers, parsed, body)
+        if not _is_responses(method, route):
+            self._record(request, model_call=False)
             await _plain(writer, 404, b'{"error":{"message":"not found"}}')
             return
-        behaviour = self._route(self._requests[-1]) if self._route and self._requests else None
+        behaviour = self._answer(request)
         if behaviour is None:
-            behaviour = self._queue.popleft() if self._queue else self._default
-        if behaviour is None:
-            body = b'{"error":{"message":"no queued behaviour","type":"fake_server"}}'
-            await _plain(writer, 500, body)
+            await _plain(writer, 500, json.dumps(_error_body(NO_REPLY_MESSAGE)).encode())
             return
         await self._respond(writer, behaviour)
 
@@ -322,9 +320,10 @@ class FakeResponsesServer:
         if isinstance(behaviour, Drop):
             return
         if isinstance(behaviour, Stall):
+            released = self._stalls_released
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(max(behaviour.seconds, 0.0), MAX_STALL_S)):
-                    await self._stopping.wait()
+                    await released.wait()
             return
         if isinstance(behaviour, ResponseFailed):
             error = {"code": behaviour.code, "message": behaviour.message}
@@ -338,7 +337,11 @@ class FakeResponsesServer:
 
 
 def _is_responses(method: str, path: str) -> bool:
-    return method == "POST" and path.split("?", 1)[0].rstrip("/").endswith("/responses")
+    return method == "POST" and path.rstrip("/").endswith("/responses")
+
+
+def _error_body(message: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "fake_server"}}
 
 
 def _item_json(item: OutputItem, item_id: str) -> dict[str, Any]:

@@ -7,22 +7,12 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from importlib import metadata
-from typing import Any, Self
+from typing import Any
 
-from dsh.subagent import (
-    NO_START_CAPABILITIES,
-    Capabilities,
-    DemoPlan,
-    DoctorCheck,
-    FailureFacts,
-    ProductFailure,
-    ResolvedStartRequest,
-    check_one_shot_request,
-    payload_check,
-    version_check,
-)
+from dsh.subagent import DemoPlan, FailureFacts, ProductFailure, ResolvedStartRequest
+from dsh.subagent.kit import ProductInstall, ProviderBase, check_one_shot_request
 from dsh.subagent_codex._config import CodexProviderConfig
-from dsh.subagent_codex._env import credential_rows, forwarding, tool_env_override
+from dsh.subagent_codex._env import forwarding, tool_env_override
 from dsh.subagent_codex._mapping import MODE_FIELDS, OPT_OUT_NOTIFICATIONS, PREFIX, PRODUCT
 from dsh.subagent_codex._run import CodexRun, StartupFailure
 from dsh.subagent_codex._wire import MAX_LINE_BYTES
@@ -58,14 +48,26 @@ def _failure(stage: str) -> ProductFailure:
     return ProductFailure.from_facts(PREFIX, FailureFacts(PRODUCT, stage, "unknown"))
 
 
-class CodexProvider:
+_INSTALL = ProductInstall(
+    version_label="Codex version",
+    distribution="openai-codex-cli-bin",
+    payload_label="Codex payload",
+    locate_payload=lambda: _locate()[0],
+    config_dir_env="CODEX_HOME",
+    default_config_dir=".codex",
+    login_file="auth.json",
+)
+
+
+class CodexProvider(ProviderBase[CodexProviderConfig]):
     """The Codex one-shot subagent provider (entry point ``codex``).
 
     Construction and ``from_config`` start no process and do no PATH lookup or version probe.
+    ``doctor()`` reports the pinned binary, its payload and this instance's credentials.
     """
 
-    capabilities: Capabilities = NO_START_CAPABILITIES
-    inherits_parent_context: bool = False
+    config_class = CodexProviderConfig
+    install = _INSTALL
 
     def __init__(
         self,
@@ -76,13 +78,9 @@ class CodexProvider:
     ) -> None:
         # ``_program`` / ``_max_line_bytes`` are a test-only seam (scripted stand-ins). They are not
         # config fields, so profiles and ``from_config`` can never reach them.
-        self.config = config or CodexProviderConfig()
+        super().__init__(config)
         self._program = tuple(_program) if _program is not None else None
         self._max_line = _max_line_bytes
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> Self:
-        return cls(CodexProviderConfig.model_validate(dict(config)))
 
     @staticmethod
     def demo() -> DemoPlan:
@@ -92,21 +90,11 @@ class CodexProvider:
 
         return demo_plan()
 
-    def doctor(self) -> list[DoctorCheck]:
-        """``dsh doctor`` rows: the pinned binary, its payload, and this instance's credentials."""
-        return [
-            version_check("Codex version", "openai-codex-cli-bin"),
-            payload_check("Codex payload", lambda: _locate()[0]),
-            *credential_rows(self.config),
-        ]
+    def credential_names(self, environ: Mapping[str, str]) -> list[str]:
+        return forwarding(self.config).credential_names(environ)
 
     def forwarded_env_names(self) -> tuple[str, ...]:
-        """The names (never values) of the env this instance passes on to the product."""
         return forwarding(self.config).names()
-
-    @property
-    def name(self) -> str:
-        return self.config.provider_name
 
     def __repr__(self) -> str:
         return f"CodexProvider(name={self.name!r}, mode={self.config.permission_mode!r})"

@@ -1,6 +1,7 @@
 """Loopback fixtures for keyless real-Codex runs (used by tests, ``dsh demo`` and benchmarks).
 
-- ``FakeResponsesServer``: an OpenAI Responses API on 127.0.0.1 with queued behaviours.
+- ``FakeResponsesServer``: an OpenAI Responses API on 127.0.0.1, scripted like every dsh fake
+  model server (``dsh.subagent.testing.ScriptedModelServer``).
 - ``write_codex_home(dir, base_url, model)``: a hermetic ``CODEX_HOME/config.toml``.
 - ``hermetic_env(home)``: the env overlay a provider needs to use that home.
 - ``make_start_request(cwd, *texts)`` and ``provider_with_program(config, program)``: the test

@@ -33,6 +33,7 @@ from dsh.subagent._events import (
     SubagentStarted,
 )
 from dsh.subagent._latch import ResultLatch
+from dsh.subagent._provider_base import ProductInstall, ProviderBase
 from dsh.subagent._service import PublishedRun, SubagentService
 from dsh.subagent._types import (
     NO_START_CAPABILITIES,
@@ -74,7 +75,9 @@ __all__ = [
     "Listener",
     "Parent",
     "ProductFailure",
+    "ProductInstall",
     "ProviderAdded",
+    "ProviderBase",
     "ProviderRemoved",
     "PublishedRun",
     "ResolvedStartRequest",

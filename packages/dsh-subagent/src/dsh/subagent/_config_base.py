@@ -1,9 +1,10 @@
 """``ProviderConfigBase``: the fields and checks every product provider config shares.
 
 Both product configs forward env the same way (through ``dsh.subprocess``'s forwarding rules),
-dispose a tree with the same grace ladder and run it at the same niceness, so those fields, their
-defaults and their checks live here once. A provider subclass adds its own ``provider_name`` and
-``model`` (their defaults and wording are the provider's), its ``credential_env`` default and its
+dispose a tree with the same grace ladder and run it at the same niceness, and name the instance
+and its model with the same rules, so those fields, their defaults and their checks live here
+once. A provider subclass gives ``provider_name`` its default (``provider_name: str = "codex"``:
+the checks here still apply to the redeclared field), its ``credential_env`` default and its
 product-specific fields.
 """
 
@@ -32,6 +33,10 @@ class ProviderConfigBase(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    provider_name: str = "provider"
+    """The instance's name; must not be blank. Each product subclass gives its own default."""
+    model: str | None = None
+    """The product's model; ``None`` keeps the product's own choice. Must not be blank when set."""
     env: dict[str, str] = Field(default_factory=dict)
     """Variables set in the product's env after forwarding, checked so ``execve`` takes them."""
     inherit_env: tuple[str, ...] = ()
@@ -47,6 +52,20 @@ class ProviderConfigBase(BaseModel):
     stderr: Literal["forward", "discard"] = "forward"
     nice: int | None = Field(default=10, ge=0, le=19, strict=True)
     """The product tree's CPU niceness (see ``SpawnSpec.nice``); None keeps the harness's."""
+
+    @field_validator("provider_name")
+    @classmethod
+    def _name_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("provider_name must not be blank")
+        return value
+
+    @field_validator("model")
+    @classmethod
+    def _model_not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("model must not be blank when set")
+        return value
 
     @field_validator("env")
     @classmethod

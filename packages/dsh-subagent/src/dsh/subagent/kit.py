@@ -3,10 +3,12 @@
 :mod:`dsh.subagent` is the seam a harness uses (requests, results, runs, the registry, its events
 and discovery). This submodule gathers what only a provider implements with: the request checks
 every product provider applies before spawning, the safe-diagnostic helpers, the result latch,
-the close-once helper, the ``doctor()`` row builders, the env checks and the config base with the
-fields both product providers share. The names other than ``ProviderConfigBase`` and its two
-constants are also still importable from :mod:`dsh.subagent` (the tool layer uses ``CloseOnce``
-and ``DoctorCheck``).
+the close-once helper, the ``doctor()`` row builders, the env checks, the config base with the
+fields both product providers share, and ``ProviderBase`` (with ``ProductInstall``): the
+``from_config``, ``name`` and ``doctor()`` both product providers share. The names other than
+``ProviderConfigBase`` and its two constants are also importable from :mod:`dsh.subagent` (the
+tool layer uses ``CloseOnce`` and ``DoctorCheck``; tests/test_kit.py holds every other kit name
+to be the seam's object).
 """
 
 from dsh.subagent._checks import check_one_shot_request
@@ -21,6 +23,7 @@ from dsh.subagent._diagnostics import (
 from dsh.subagent._doctor import DoctorCheck, credential_checks, payload_check, version_check
 from dsh.subagent._env_config import check_env_names, check_env_overlay
 from dsh.subagent._latch import ResultLatch
+from dsh.subagent._provider_base import ProductInstall, ProviderBase
 from dsh.subagent.errors import ProductFailure
 
 __all__ = [
@@ -31,6 +34,8 @@ __all__ = [
     "EnvPolicy",
     "FailureFacts",
     "ProductFailure",
+    "ProductInstall",
+    "ProviderBase",
     "ProviderConfigBase",
     "ResultLatch",
     "bound_diagnostic",

@@ -1,7 +1,11 @@
-"""Test helpers shipped with the seam: a scripted provider and the provider conformance suite.
+"""Test helpers shipped with the seam: a scripted provider, the provider conformance suite and the
+scripting base of the products' fake model servers.
 
 ``FakeProvider`` runs no process; ``run_provider_conformance`` checks any provider (the product
 providers run it against the real products) and raises ``AssertionError`` naming each violation.
+``ScriptedModelServer`` (with ``ModelRequest``) is what every product's loopback model server
+scripts with: ``queue(*replies, match=...)``, ``route=``, ``default=``, ``requests``,
+``wait_for_requests``, ``release_stalls``; a third-party provider's fake server builds on it too.
 ``start_request`` builds the request a provider's ``start()`` receives; each product provider's
 ``testing`` module wraps it as ``make_start_request`` with its own descriptor name.
 """
@@ -12,12 +16,22 @@ from pathlib import Path
 
 from dsh.subagent._conformance import ConformanceReport, run_provider_conformance
 from dsh.subagent._fake import FakeProvider, FakeRun
+from dsh.subagent._model_script import (
+    MAX_RECORDED_REQUESTS,
+    NO_REPLY_MESSAGE,
+    ModelRequest,
+    ScriptedModelServer,
+)
 from dsh.subagent._types import Descriptor, Parent, ResolvedStartRequest, TextBlock
 
 __all__ = [
+    "MAX_RECORDED_REQUESTS",
+    "NO_REPLY_MESSAGE",
     "ConformanceReport",
     "FakeProvider",
     "FakeRun",
+    "ModelRequest",
+    "ScriptedModelServer",
     "run_provider_conformance",
     "start_request",
 ]

@@ -26,7 +26,7 @@ MAX_GRACE_MS = 2_147_483_647
 
 _MAX_NICE = 19
 _ARGV_MESSAGE = "invalid argv: expected a non-empty program name at argv[0]"
-_GRACE_MESSAGE = "grace_ms must be a positive finite number no greater than 2147483647"
+_GRACE_MESSAGE = f"grace_ms must be a positive finite number no greater than {MAX_GRACE_MS}"
 
 
 @dataclass(frozen=True, slots=True)
