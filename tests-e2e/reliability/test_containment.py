@@ -251,7 +251,7 @@ async def test_reap_orphans_uses_the_member_record_when_all_of_dsh_died(tmp_path
         "    dfork = [sys.executable, sys.argv[1], 'double-fork', sys.argv[2], sys.argv[3]]\n"
         "    proc = await default_runtime().spawn(SpawnSpec(dfork))\n"
         "    await proc.wait()\n"
-        "    await asyncio.sleep(1.2)  # sampled (every 0.5 s): the escapee is on record\n"
+        "    await asyncio.sleep(2.2)  # sampled (every 1 s): the escapee is on record\n"
         "    print('observed', flush=True)\n"
         "    await asyncio.sleep(60)\n"
         "asyncio.run(main())\n"

@@ -32,7 +32,7 @@ _log = logging.getLogger("dsh.subprocess")
 
 _IDLE_S = 0.1
 """Sampling interval while nobody waits: descendants are observed at least this often."""
-_SUPERVISED_IDLE_S = 0.5
+_SUPERVISED_IDLE_S = 1.0
 """The same while a live supervisor holds the tree. Its subreaper keeps every descendant and kills
 them all when the host goes, so scans are only the backstop (marked processes outside it, the
 member record). At 0.1 s they were more than half of the parent's CPU in a Claude Code run, and
