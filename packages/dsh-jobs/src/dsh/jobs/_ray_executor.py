@@ -1,8 +1,9 @@
-"""The Ray executor: each job's whole run in its own async actor on some node of a Ray cluster.
+"""The Ray executor: each job's whole run in an async actor on some node of a Ray cluster.
 
 The only dsh module that imports Ray (an import contract in the root ``pyproject.toml``). The
-harness keeps the job's record; the actor receives a :class:`PortableWork` (plain data), calls its
-``worker_setup`` names when it starts (the orphan reaper), runs the work and exits.
+harness keeps the job's record; an actor calls its ``worker_setup`` names when it starts (the
+orphan reaper), then runs one :class:`PortableWork` (plain data) at a time. An actor whose job
+ended cleanly serves the next job (``_worker_pool``); one whose job was killed or lost is stopped.
 
 - **Capacity.** Every node that runs jobs declares one unit of the custom resource
   :data:`NODE_RESOURCE`; each job's actor asks for ``1 / max_runs_per_node`` of it (rounded down
@@ -19,12 +20,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from typing import Any, ClassVar
 
 from dsh.jobs._executor import Executor, JobStarted, JobWork, PortableWork, resolve
 from dsh.jobs._types import JobOutcome
+from dsh.jobs._worker_pool import Worker, WorkerPool
 from dsh.jobs.errors import JobExecutorError
+
+# Ray replicates a driver started by ``uv run`` onto its workers: it packages the driver's working
+# directory, uploads it and runs every worker through uv. dsh workers use each node's own
+# installed dsh instead (see the deployment guide), so that stays off unless the operator set it.
+# Ray reads the switch once, when it is first imported.
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 try:
     import ray
@@ -34,12 +43,15 @@ except ImportError as exc:  # pragma: no cover - the [ray] extra is missing
         'the Ray executor needs Ray; install it with pip install "dsh-jobs[ray]"', name="ray"
     ) from exc
 
-__all__ = ["NODE_RESOURCE", "RayExecutor", "run_share"]
+__all__ = ["IDLE_S", "NODE_RESOURCE", "RayExecutor", "run_share"]
 
 logger = logging.getLogger("dsh.jobs")
 
 #: The custom resource a node declares (one unit) to run dsh jobs.
 NODE_RESOURCE = "dsh_node"
+#: How long an actor whose job ended waits for the next job before it stops (and frees its
+#: node's share): a job started meanwhile skips the actor's start (a process and its imports).
+IDLE_S = 30.0
 
 
 def run_share(max_runs_per_node: int) -> float:
@@ -72,6 +84,13 @@ class _JobActor:
 
 
 _RemoteJobActor: Any = ray.remote(_JobActor)
+
+
+def _kill(actor: Any) -> None:
+    try:
+        ray.kill(actor, no_restart=True)
+    except Exception:
+        logger.debug("the Ray executor could not kill a job's actor", exc_info=True)
 
 
 def _lost(exc: BaseException) -> JobExecutorError:
@@ -110,6 +129,7 @@ class RayExecutor(Executor):
         self.worker_setup = worker_setup
         self._connect_lock = threading.Lock()
         self._connected_here = False
+        self._pool: WorkerPool[Any] = WorkerPool(_kill, idle_s=IDLE_S)
 
     # -- connecting -------------------------------------------------------------------------
 
@@ -156,20 +176,61 @@ class RayExecutor(Executor):
         if not isinstance(work, PortableWork):
             raise TypeError("the Ray executor runs only a PortableWork")
         await self._ensure_connected()
-        actor = self._new_actor()
+        worker = self._pool.take() or await self._start_worker()  # queued while this waits
+        started(worker.where)
         try:
-            try:
-                where = await actor.ready.remote()  # waits while the job is queued
-            except ray_errors.RayError as exc:
-                raise _lost(exc) from None
-            started(where)
-            return await self._run(actor, work)
-        finally:
-            # After the run has ended (or never began): free the node's share at once.
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception:
-                logger.debug("the Ray executor could not kill a job's actor", exc_info=True)
+            outcome = await self._run(worker.handle, work)
+        except BaseException:
+            self._pool.discard(worker.handle)
+            raise
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            self._pool.discard(worker.handle)  # a killed job's actor runs no other job
+        else:
+            self._pool.release(worker)
+        return outcome
+
+    async def _start_worker(self) -> Worker[Any]:
+        """A new actor once Ray has placed it, or a worker another job released first."""
+        actor = self._new_actor()
+        ready = asyncio.ensure_future(self._ready(actor))
+        handoff = self._pool.wait()
+        try:
+            await asyncio.wait({ready, handoff}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # killed while queued: nothing ran
+            self._settle_race(actor, ready, handoff)
+            raise
+        if handoff.done() and not handoff.cancelled():
+            self._settle_race(actor, ready, None)
+            return handoff.result()
+        handoff.cancel()
+        return ready.result()
+
+    def _settle_race(
+        self,
+        actor: Any,
+        ready: asyncio.Future[Worker[Any]],
+        handoff: asyncio.Future[Worker[Any]] | None,
+    ) -> None:
+        """Give back what a start that no longer needs them holds: the new actor (idle if it
+        already started, else stopped) and a handed-over worker."""
+        if handoff is not None:
+            if handoff.done() and not handoff.cancelled():
+                self._pool.release(handoff.result())
+            handoff.cancel()
+        if ready.done() and not ready.cancelled() and ready.exception() is None:
+            self._pool.release(ready.result())
+        else:
+            ready.cancel()
+            self._pool.discard(actor)
+
+    @staticmethod
+    async def _ready(actor: Any) -> Worker[Any]:
+        try:
+            where = await actor.ready.remote()
+        except ray_errors.RayError as exc:
+            raise _lost(exc) from None
+        return Worker(actor, str(where))
 
     async def _run(self, actor: Any, work: PortableWork) -> JobOutcome:
         ref = self._submit(actor, work)
@@ -211,7 +272,8 @@ class RayExecutor(Executor):
         return outcome
 
     async def aclose(self) -> None:
-        """Disconnect from the cluster if this executor connected (not if Ray was already up)."""
+        """Stop the idle actors; disconnect if this executor connected (not if Ray was up)."""
+        self._pool.close()
         if self._connected_here:
             self._connected_here = False
             await asyncio.to_thread(ray.shutdown)
