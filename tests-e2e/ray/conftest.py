@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -124,6 +126,22 @@ class RayKit:
         assert snapshot.where is not None, snapshot
         return snapshot.where
 
+    @staticmethod
+    def lost_run_dirs() -> list[Path]:
+        """Claude Code run dirs (``dsh-claude-<pid>-*``) whose owner process is gone."""
+        root = Path(tempfile.gettempdir())
+        found = []
+        for path in root.glob("dsh-claude-*-*"):
+            pid = path.name.split("-")[2]
+            if pid.isdigit() and not psutil.pid_exists(int(pid)):
+                found.append(path)
+        return found
+
+    @staticmethod
+    def remove(paths: list[Path]) -> None:
+        for path in paths:
+            shutil.rmtree(path, ignore_errors=True)
+
     def files_holding(self, needle: bytes) -> list[str]:
         """Files under Ray's temporary directory (logs, session data) that contain ``needle``."""
         hits = []
@@ -152,6 +170,9 @@ def ray_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayKit]:
             # Ray's own switch for "no multi-host cluster": every process (nodes, drivers,
             # workers) then takes 127.0.0.1 as its node address instead of the host's IP.
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            # The machine is shared: Ray's own OOM killer would stop a job's worker because of
+            # another program's memory, which is no failure of the code under test.
+            "RAY_memory_monitor_refresh_ms": "0",
             CANARY_ENV: CANARY,
         }
     )

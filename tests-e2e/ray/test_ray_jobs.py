@@ -235,6 +235,7 @@ def sleeping(token: str) -> list[int]:
 async def test_a_worker_node_removed_mid_run_fails_the_job_safely_and_leaves_nothing(
     setup: Setup, ray_kit: Any
 ) -> None:
+    dirs_before = set(ray_kit.lost_run_dirs())
     async with setup.harness() as harness:
         job_id = await start(harness, CLAUDE, "STALL lost node", setup.caller)
         await until(lambda: len(setup.claude.requests) >= 1, "the product to reach the model")
@@ -251,6 +252,11 @@ async def test_a_worker_node_removed_mid_run_fails_the_job_safely_and_leaves_not
         assert "ray" not in output.text.replace("executor: ray", "")
     await asyncio.to_thread(reap_orphans)
     ray_kit.assert_no_marked(settle_s=0.5)
+    # Files are another matter: the SIGKILLed worker could not remove Claude Code's run dir
+    # (``dsh-claude-<worker pid>-*``, as after any host crash); only that one may be left.
+    left = sorted(set(ray_kit.lost_run_dirs()) - dirs_before)
+    assert len(left) <= 1, left
+    ray_kit.remove(left)
 
 
 # ---- credentials and workspaces -------------------------------------------------------------
@@ -295,7 +301,8 @@ async def test_a_cwd_missing_on_the_worker_fails_before_anything_spawns(
         job_id = await start(harness, CODEX, "no workspace", missing)
         snapshot = await harness.jobs.wait(job_id, 120, missing)
     assert snapshot.status is JobStatus.FAILED
-    assert snapshot.detail is not None
-    assert "working directory" in snapshot.detail, snapshot
-    assert str(tmp_path) not in snapshot.detail
+    assert snapshot.detail == (
+        "the job's working directory does not exist on the worker node (stage: executor); a"
+        " job's cwd must be on a filesystem every node shares"
+    )
     assert not [r for r in setup.codex.requests if r.task_text == "no workspace"]

@@ -95,7 +95,9 @@ def _kill(actor: Any) -> None:
 
 def _lost(exc: BaseException) -> JobExecutorError:
     logger.debug("the Ray executor lost a job's worker", exc_info=exc)
-    error = JobExecutorError("ray", "workerLost")
+    # Ray's memory monitor kills workers when a node runs short of memory: say so, as a category.
+    oom = isinstance(exc, ray_errors.OutOfMemoryError)
+    error = JobExecutorError("ray", "workerOutOfMemory" if oom else "workerLost")
     error.__cause__ = exc
     return error
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from dsh.jobs import JobOutcome, JobStatus, PortableWork
@@ -18,7 +19,14 @@ from dsh.subagent import Parent, SubagentError, SubagentService, SubagentStartRe
 from dsh.tool_subagent._delegation import background_outcome
 from dsh.tool_subagent._known_providers import load_provider
 
-__all__ = ["TARGET", "WORKER_SETUP", "portable_delegation", "run_delegation"]
+__all__ = [
+    "BUILD_FAILED",
+    "NO_WORKSPACE",
+    "TARGET",
+    "WORKER_SETUP",
+    "portable_delegation",
+    "run_delegation",
+]
 
 logger = logging.getLogger("dsh.tool_subagent")
 
@@ -27,6 +35,10 @@ TARGET = "dsh.tool_subagent._portable_job:run_delegation"
 #: trees a lost worker left there are gone before a new run starts.
 WORKER_SETUP = ("dsh.subprocess:reap_orphans",)
 BUILD_FAILED = "the subagent provider could not be built on the worker (stage: executor)"
+NO_WORKSPACE = (
+    "the job's working directory does not exist on the worker node (stage: executor); a job's"
+    " cwd must be on a filesystem every node shares"
+)
 
 
 def portable_delegation(
@@ -62,7 +74,14 @@ async def run_delegation(
     label: str | None,
     max_depth: int | None,
 ) -> JobOutcome:
-    """The worker side: build the provider here, run the delegation, close everything."""
+    """The worker side: build the provider here, run the delegation, close everything.
+
+    A ``cwd`` that is not a directory on this node fails the job before anything is built or
+    spawned (the path stays out of the text: it goes to a model).
+    """
+    if cwd is not None and not Path(cwd).is_dir():  # noqa: ASYNC240 - one stat, as the kit does
+        logger.debug("job cwd %r is missing on this worker node", cwd)
+        return JobOutcome(JobStatus.FAILED, detail=NO_WORKSPACE)
     try:
         provider = load_provider(kind, config)
     except SubagentError as exc:
