@@ -15,7 +15,7 @@ import secrets
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,8 +33,22 @@ from ray._private.authentication_test_utils import reset_auth_token_state
 from ray.cluster_utils import Cluster
 
 from dsh.jobs import JobRegistry, JobsConfig, JobSnapshot
+from dsh.subagent_claude_code.testing import Behaviour, FakeMessagesServer
+from dsh.subagent_claude_code.testing import RecordedRequest as ClaudeRequest
+from dsh.subagent_claude_code.testing import hermetic_env as claude_env
+from dsh.subagent_codex.testing import (
+    FakeResponsesServer,
+    FunctionCallItem,
+    MessageItem,
+    RecordedRequest,
+    Reply,
+    Stall,
+    hermetic_env,
+    write_codex_home,
+)
 from dsh.subprocess import TREE_MARKER_ENV, marked_processes
 from dsh.subprocess.testing import describe_processes
+from dsh.tool_subagent import Caller, Harness
 
 #: A credential only the worker nodes' environment holds (set before the nodes start). The
 #: profile names it (``credential_env``); its value must never pass through Ray.
@@ -77,6 +91,14 @@ class RayKit:
     @property
     def address(self) -> str:
         return str(self.cluster.address)
+
+    def driver_env(self) -> dict[str, str]:
+        """What a ``dsh`` command needs to be a driver of this cluster (``address = "auto"``)."""
+        names = [
+            *("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_TMPDIR", "RAY_USAGE_STATS_ENABLED"),
+            *("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_ENABLE_UV_RUN_RUNTIME_ENV"),
+        ]
+        return {"RAY_ADDRESS": self.address, **{name: os.environ[name] for name in names}}
 
     def add_worker(self) -> Any:
         node = self.cluster.add_node(
@@ -196,3 +218,75 @@ def ray_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayKit]:
         os.environ.update(saved)
         reset_auth_token_state()
         monkeypatch.undo()
+
+
+@dataclass
+class Setup:
+    """The loopback model servers, a workspace and a profile for both products (``setup``)."""
+
+    codex: FakeResponsesServer
+    claude: FakeMessagesServer
+    workspace: Path
+    profile: dict[str, Any]
+    caller: Caller
+    runs_per_node: int
+
+    def harness(self, **jobs: Any) -> Harness:
+        table = {"executor": "ray", "max_runs_per_node": self.runs_per_node, **jobs}
+        return Harness.from_profile({**self.profile, "jobs": table})
+
+
+def codex_route(request: RecordedRequest) -> Reply | Stall | None:
+    task = request.task_text or ""
+    if task.startswith("HOLD"):
+        call = {"cmd": f"echo holding; sleep {task.split()[1]}", "login": False}
+        return Reply((FunctionCallItem("exec_command", {**call, "yield_time_ms": 30_000}),))
+    if task.startswith("STALL"):
+        return Stall((), seconds=60)
+    if task:
+        return Reply((MessageItem(f"codex says: {task}"),))
+    return Stall((), seconds=60)  # the turn after a tool call: keep the run mid-tool
+
+
+def claude_route(request: ClaudeRequest) -> Behaviour | None:
+    task = request.task or ""
+    if task.startswith("STALL"):
+        return Behaviour("stall")
+    return Behaviour("text", text=f"claude says: {task}")
+
+
+@pytest.fixture
+async def setup(tmp_path: Path, ray_kit: RayKit) -> AsyncIterator[Setup]:
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    async with (
+        FakeResponsesServer(route=codex_route) as codex,
+        FakeMessagesServer(route=claude_route) as claude,
+    ):
+        home = write_codex_home(
+            tmp_path / "codex-home", codex.base_url, "mock", env_key=ray_kit.canary_env
+        )
+        codex_config = {
+            "env": hermetic_env(home, api_key=None),
+            "credential_env": [ray_kit.canary_env],  # the worker's own environment holds its value
+            "permission_mode": "dangerously-bypass-approvals-and-sandbox",
+            "stderr": "forward",
+            "dispose_grace_ms": 1000,
+        }
+        claude_config = {
+            "env": claude_env(tmp_path / "claude", claude.base_url),
+            "stderr": "discard",
+            "dispose_grace_ms": 1000,
+        }
+        profile = {
+            "provider": [
+                {"kind": "codex", "config": codex_config},
+                {"kind": "claude-code", "config": claude_config},
+            ]
+        }
+        caller = Caller(session_id="ray-tests", cwd=str(workspace))
+        try:
+            yield Setup(codex, claude, workspace, profile, caller, ray_kit.runs_per_node)
+        finally:
+            claude.release_stalls()
+    ray_kit.assert_no_marked()

@@ -13,8 +13,7 @@ import json
 import pickle
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +21,6 @@ import pytest
 
 from dsh.jobs import JobStatus, PortableWork
 from dsh.jobs._ray_executor import RayExecutor
-from dsh.subagent_claude_code.testing import Behaviour, FakeMessagesServer
-from dsh.subagent_claude_code.testing import RecordedRequest as ClaudeRequest
-from dsh.subagent_claude_code.testing import hermetic_env as claude_env
-from dsh.subagent_codex.testing import (
-    FakeResponsesServer,
-    FunctionCallItem,
-    MessageItem,
-    RecordedRequest,
-    Reply,
-    Stall,
-    hermetic_env,
-    write_codex_home,
-)
 from dsh.subprocess import reap_orphans
 from dsh.tool_subagent import Caller, Harness, ToolResult
 
@@ -44,76 +30,6 @@ CODEX = "subagent_codex"
 CLAUDE = "subagent_claude_code"
 DELEGATIONS = 50
 LOST = "job executor failure (executor: ray; stage: executor; category: workerLost)"
-
-
-@dataclass
-class Setup:
-    codex: FakeResponsesServer
-    claude: FakeMessagesServer
-    workspace: Path
-    profile: dict[str, Any]
-    caller: Caller
-    runs_per_node: int
-
-    def harness(self, **jobs: Any) -> Harness:
-        table = {"executor": "ray", "max_runs_per_node": self.runs_per_node, **jobs}
-        return Harness.from_profile({**self.profile, "jobs": table})
-
-
-def codex_route(request: RecordedRequest) -> Reply | Stall | None:
-    task = request.task_text or ""
-    if task.startswith("HOLD"):
-        call = {"cmd": f"echo holding; sleep {task.split()[1]}", "login": False}
-        return Reply((FunctionCallItem("exec_command", {**call, "yield_time_ms": 30_000}),))
-    if task.startswith("STALL"):
-        return Stall((), seconds=60)
-    if task:
-        return Reply((MessageItem(f"codex says: {task}"),))
-    return Stall((), seconds=60)  # the turn after a tool call: keep the run mid-tool
-
-
-def claude_route(request: ClaudeRequest) -> Behaviour | None:
-    task = request.task or ""
-    if task.startswith("STALL"):
-        return Behaviour("stall")
-    return Behaviour("text", text=f"claude says: {task}")
-
-
-@pytest.fixture
-async def setup(tmp_path: Path, ray_kit: Any) -> AsyncIterator[Setup]:
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    async with (
-        FakeResponsesServer(route=codex_route) as codex,
-        FakeMessagesServer(route=claude_route) as claude,
-    ):
-        home = write_codex_home(
-            tmp_path / "codex-home", codex.base_url, "mock", env_key=ray_kit.canary_env
-        )
-        codex_config = {
-            "env": hermetic_env(home, api_key=None),
-            "credential_env": [ray_kit.canary_env],  # the worker's own environment holds its value
-            "permission_mode": "dangerously-bypass-approvals-and-sandbox",
-            "stderr": "forward",
-            "dispose_grace_ms": 1000,
-        }
-        claude_config = {
-            "env": claude_env(tmp_path / "claude", claude.base_url),
-            "stderr": "discard",
-            "dispose_grace_ms": 1000,
-        }
-        profile = {
-            "provider": [
-                {"kind": "codex", "config": codex_config},
-                {"kind": "claude-code", "config": claude_config},
-            ]
-        }
-        caller = Caller(session_id="ray-tests", cwd=str(workspace))
-        try:
-            yield Setup(codex, claude, workspace, profile, caller, ray_kit.runs_per_node)
-        finally:
-            claude.release_stalls()
-    ray_kit.assert_no_marked()
 
 
 async def start(harness: Harness, tool: str, prompt: str, caller: Caller) -> str:
@@ -141,7 +57,7 @@ async def job_list(harness: Harness, caller: Caller) -> ToolResult:
 
 
 async def test_fifty_delegations_mixing_both_products_spread_over_the_worker_nodes(
-    setup: Setup, ray_kit: Any
+    setup: Any, ray_kit: Any
 ) -> None:
     async with setup.harness(max_concurrent_jobs_per_owner=DELEGATIONS) as harness:
         expected = {}
@@ -170,7 +86,7 @@ async def test_fifty_delegations_mixing_both_products_spread_over_the_worker_nod
 
 
 async def test_jobs_beyond_the_per_node_limit_are_queued_and_a_queued_kill_never_runs(
-    setup: Setup, ray_kit: Any
+    setup: Any, ray_kit: Any
 ) -> None:
     async with setup.harness(max_runs_per_node=1) as harness:
         held = [await start(harness, CLAUDE, f"STALL {n}", setup.caller) for n in range(2)]
@@ -197,7 +113,7 @@ async def test_jobs_beyond_the_per_node_limit_are_queued_and_a_queued_kill_never
 
 
 async def test_job_kill_mid_tool_leaves_no_marked_process_on_any_node(
-    setup: Setup, ray_kit: Any
+    setup: Any, ray_kit: Any
 ) -> None:
     token = f"4{uuid.uuid4().int % 10**8:08d}.5"
     async with setup.harness() as harness:
@@ -233,7 +149,7 @@ def sleeping(token: str) -> list[int]:
 
 
 async def test_a_worker_node_removed_mid_run_fails_the_job_safely_and_leaves_nothing(
-    setup: Setup, ray_kit: Any
+    setup: Any, ray_kit: Any
 ) -> None:
     dirs_before = set(ray_kit.lost_run_dirs())
     async with setup.harness() as harness:
@@ -263,7 +179,7 @@ async def test_a_worker_node_removed_mid_run_fails_the_job_safely_and_leaves_not
 
 
 async def test_the_canary_credential_never_passes_through_ray(
-    setup: Setup, ray_kit: Any, monkeypatch: pytest.MonkeyPatch
+    setup: Any, ray_kit: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sent: list[bytes] = []
     submit = RayExecutor._submit
@@ -294,7 +210,7 @@ async def test_the_canary_credential_never_passes_through_ray(
 
 
 async def test_a_cwd_missing_on_the_worker_fails_before_anything_spawns(
-    setup: Setup, ray_kit: Any, tmp_path: Path
+    setup: Any, ray_kit: Any, tmp_path: Path
 ) -> None:
     missing = Caller(session_id="ray-tests", cwd=str(tmp_path / "not-on-the-worker"))
     async with setup.harness() as harness:

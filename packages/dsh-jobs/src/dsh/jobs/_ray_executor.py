@@ -25,6 +25,7 @@ import threading
 from typing import Any, ClassVar
 
 from dsh.jobs._executor import Executor, JobStarted, JobWork, PortableWork, resolve
+from dsh.jobs._executor_choice import NODE_RESOURCE, run_share
 from dsh.jobs._types import JobOutcome
 from dsh.jobs._worker_pool import Worker, WorkerPool
 from dsh.jobs.errors import JobExecutorError
@@ -43,25 +44,13 @@ except ImportError as exc:  # pragma: no cover - the [ray] extra is missing
         'the Ray executor needs Ray; install it with pip install "dsh-jobs[ray]"', name="ray"
     ) from exc
 
-__all__ = ["IDLE_S", "NODE_RESOURCE", "RayExecutor", "run_share"]
+__all__ = ["IDLE_S", "RayExecutor"]
 
 logger = logging.getLogger("dsh.jobs")
 
-#: The custom resource a node declares (one unit) to run dsh jobs.
-NODE_RESOURCE = "dsh_node"
 #: How long an actor whose job ended waits for the next job before it stops (and frees its
 #: node's share): a job started meanwhile skips the actor's start (a process and its imports).
 IDLE_S = 30.0
-
-
-def run_share(max_runs_per_node: int) -> float:
-    """One run's share of :data:`NODE_RESOURCE`: ``1/n`` rounded *down* to 4 decimals.
-
-    Ray counts resources in units of 0.0001; rounding down keeps exactly ``n`` shares within one
-    unit (rounding 1/7 up to 0.1429 would fit only 6), and for ``n <= 99`` a further share
-    does not fit.
-    """
-    return (10_000 // max_runs_per_node) / 10_000
 
 
 class _JobActor:
