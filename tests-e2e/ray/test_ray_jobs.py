@@ -203,6 +203,8 @@ async def test_the_canary_credential_never_passes_through_ray(
     assert request.headers["authorization"] == f"Bearer {ray_kit.canary}"  # the key was used
     assert len(sent) == 2
     assert all(ray_kit.canary.encode() not in payload for payload in sent)
+    # Each actor reaps its node's orphans when it starts (the setup its constructor receives).
+    assert pickle.loads(sent[0]) == ("dsh.subprocess:reap_orphans",)
     arguments = pickle.loads(sent[1])[1]
     assert ray_kit.canary_env in json.dumps(arguments)  # named, never copied
     assert ray_kit.files_holding(ray_kit.canary.encode()) == []
