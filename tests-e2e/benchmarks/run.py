@@ -666,6 +666,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write JSON")
     parser.add_argument("--no-table", action="store_true", help="write JSON only")
+    parser.add_argument("--ray", action="store_true", help="then run ray_executor.py's benchmark")
     args = parser.parse_args(argv)
     if args.quick:
         args.runs, args.warmup, args.concurrency, args.e2e_per_round = 1, 0, 2, 1
@@ -774,6 +775,8 @@ def main(argv: list[str] | None = None) -> int:
         or meta["leftover_children"]
         or any(s["errors"] or s["late_tree_exits"] for s in report["products"].values())
     )
+    if args.ray:  # the Ray executor vs the local one; imported only when asked (it imports Ray)
+        failed = importlib.import_module("ray_executor").main([]) != 0 or failed
     return 1 if failed else 0
 
 

@@ -469,6 +469,7 @@ def test_outcome_must_be_terminal_and_snapshot_status_line() -> None:
         "started_at",
         "finished_at",
         "reported",
+        "where",
     }
 
 

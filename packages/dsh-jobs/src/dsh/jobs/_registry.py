@@ -6,10 +6,12 @@ import asyncio
 import functools
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from dsh.jobs._executor import Executor, JobWork, PortableWork
+from dsh.jobs._executor_choice import executor_for
 from dsh.jobs._types import (
     JobDone,
     JobOutcome,
@@ -22,6 +24,7 @@ from dsh.jobs._types import (
 from dsh.jobs.errors import (
     ForeignJobError,
     JobArgumentError,
+    JobExecutorError,
     JobLimitError,
     JobRegistryClosedError,
     UnknownJobError,
@@ -30,9 +33,6 @@ from dsh.jobs.errors import (
 __all__ = ["JobRegistry", "JobWork"]
 
 logger = logging.getLogger("dsh.jobs")
-
-JobWork = Callable[[], Awaitable[JobOutcome]]
-"""A job's work: an async callable returning its :class:`JobOutcome`."""
 
 JobDoneListener = Callable[[JobDone], object]
 
@@ -53,6 +53,7 @@ class _Job:
     kill_reason: str | None = None
     waiters: int = 0
     noticed: bool = False
+    where: str | None = None
     task: asyncio.Task[JobOutcome] | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -67,6 +68,7 @@ class _Job:
             started_at=self.started_at,
             finished_at=self.finished_at,
             reported=self.reported,
+            where=self.where,
         )
 
 
@@ -75,6 +77,8 @@ def _session_of(owner: JobOwner | None) -> str | None:
 
 
 def _safe_exception_detail(exc: BaseException) -> str:
+    if isinstance(exc, JobExecutorError):
+        return str(exc)  # built by dsh from fixed words: safe by construction
     # Only the type name: the registry cannot know whether an exception's text is safe for a
     # model (it may carry paths, env values or product text). The text goes to the DEBUG log.
     return type(exc).__name__
@@ -89,10 +93,16 @@ class JobRegistry:
 
     Settlement always happens once the job's task has ended (its work has returned or raised),
     so a job whose work tears a process tree down settles only after that tree is gone.
+
+    ``executor`` runs each job's work (default: the one ``config.executor`` names, built by
+    :func:`~dsh.jobs.executor_for`); the registry closes it in :meth:`aclose`.
     """
 
-    def __init__(self, config: JobsConfig | None = None) -> None:
+    def __init__(
+        self, config: JobsConfig | None = None, *, executor: Executor | None = None
+    ) -> None:
         self.config = config if config is not None else JobsConfig()
+        self.executor = executor if executor is not None else executor_for(self.config)
         self._jobs: dict[str, _Job] = {}
         self._counters: dict[str, int] = {}
         self._listeners: list[JobDoneListener] = []
@@ -117,6 +127,10 @@ class JobRegistry:
         )
         if live >= limit:
             raise JobLimitError(limit)
+        if self.executor.portable and not isinstance(work, PortableWork):
+            raise JobArgumentError(
+                f"the {self.executor.name} executor runs only portable work (a PortableWork)"
+            )
         loop = asyncio.get_running_loop()
         number = self._counters.get(kind, 0) + 1
         job = _Job(
@@ -125,17 +139,22 @@ class JobRegistry:
             label=label,
             owner_session=session,
             started_at=datetime.now(UTC),
+            status=JobStatus.QUEUED if self.executor.queues else JobStatus.RUNNING,
         )
-        task = loop.create_task(self._run(work), name=f"dsh.jobs:{job.id}")
+        task = loop.create_task(self._run(job, work), name=f"dsh.jobs:{job.id}")
         self._counters[kind] = number
         job.task = task
         self._jobs[job.id] = job
         task.add_done_callback(functools.partial(self._on_task_done, job))
         return job.id
 
-    @staticmethod
-    async def _run(work: JobWork) -> JobOutcome:
-        outcome = await work()
+    async def _run(self, job: _Job, work: JobWork) -> JobOutcome:
+        def started(where: str | None) -> None:
+            job.where = where
+            if job.status is JobStatus.QUEUED:
+                job.status = JobStatus.RUNNING
+
+        outcome = await self.executor.execute(work, started)
         if not isinstance(outcome, JobOutcome):
             raise TypeError("job work must return a JobOutcome")
         return outcome
@@ -301,9 +320,13 @@ class JobRegistry:
         await self._close(job for job in self._jobs.values() if job.owner_session == session)
 
     async def aclose(self) -> None:
-        """Refuse new jobs, cancel every live job (no notice), await them, drop every record."""
+        """Refuse new jobs, cancel every live job (no notice), await them, drop every record,
+        then close the executor."""
         self._closed = True
-        await self._close(self._jobs.values())
+        try:
+            await self._close(self._jobs.values())
+        finally:
+            await self.executor.aclose()
 
     async def _close(self, selected: Iterable[_Job]) -> None:
         jobs = list(selected)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol
+from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
+    "MAX_RUNS_PER_NODE",
     "TERMINAL_STATUSES",
     "JobDone",
     "JobOutcome",
@@ -23,8 +25,14 @@ __all__ = [
 
 
 class JobStatus(StrEnum):
-    """``running → stopping → completed | killed | failed``; the last three are final."""
+    """``queued → running → stopping → completed | killed | failed``; the last three are final.
 
+    ``queued`` is a started job waiting for capacity on an executor that queues (the Ray
+    executor's per-node limit); a local job starts ``running``. A queued job may be killed
+    (``stopping``, then ``killed``) without ever running.
+    """
+
+    QUEUED = "queued"
     RUNNING = "running"
     STOPPING = "stopping"
     COMPLETED = "completed"
@@ -76,6 +84,8 @@ class JobSnapshot:
     started_at: datetime
     finished_at: datetime | None
     reported: bool
+    #: Where the work runs or ran, as the executor names it (a Ray node id), or ``None``.
+    where: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -113,6 +123,12 @@ def completion_notice(snapshot: JobSnapshot) -> str:
     )
 
 
+#: The largest ``max_runs_per_node``: the limit is a fractional Ray resource of 4 decimals, which
+#: counts exactly up to 99 runs per node (a product run costs 0.3-0.5 GB, so 64 is plenty).
+MAX_RUNS_PER_NODE = 64
+_ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9._-]+:[0-9]{1,5}")
+
+
 class JobsConfig(BaseModel):
     """The ``[jobs]`` table of a profile."""
 
@@ -121,9 +137,27 @@ class JobsConfig(BaseModel):
     max_concurrent_jobs_per_owner: int = Field(default=10, ge=1)
     wait_timeout_ms: float = Field(default=30000, gt=0)
     max_wait_timeout_ms: float = Field(default=600000, gt=0)
+    #: Where jobs run: ``local`` (this process) or ``ray`` (a Ray cluster; ``dsh-jobs[ray]``).
+    executor: Literal["local", "ray"] = "local"
+    #: The Ray cluster (``executor = "ray"`` only): ``auto`` (``RAY_ADDRESS`` or the cluster
+    #: started on this machine), ``ray://host:port`` (Ray Client) or a GCS ``host:port``.
+    address: str | None = None
+    #: At most this many jobs run at once on each Ray node (``executor = "ray"`` only).
+    max_runs_per_node: int | None = Field(default=None, ge=1, le=MAX_RUNS_PER_NODE, strict=True)
+
+    @field_validator("address")
+    @classmethod
+    def _address_form(cls, value: str | None) -> str | None:
+        if value is None or value == "auto" or _ADDRESS.fullmatch(value):
+            return value
+        raise ValueError('must be "auto", "ray://<host>:<port>" or "<host>:<port>"')
 
     @model_validator(mode="after")
-    def _wait_within_max(self) -> JobsConfig:
+    def _consistent(self) -> JobsConfig:
         if self.wait_timeout_ms > self.max_wait_timeout_ms:
             raise ValueError("wait_timeout_ms must not exceed max_wait_timeout_ms")
+        if self.executor != "ray":
+            for name in ("address", "max_runs_per_node"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f'{name} is a setting of executor = "ray"')
         return self

@@ -7,7 +7,8 @@ One tree; every message is safe to show a model::
     ├── JobLimitError         admission refused: the owner already has the maximum of live jobs
     ├── UnknownJobError       (also a LookupError) ``unknown job <id>``
     ├── ForeignJobError       (also a PermissionError) ``job <id> belongs to another session``
-    └── JobRegistryClosedError  start() after aclose()
+    ├── JobRegistryClosedError  start() after aclose()
+    └── JobExecutorError      the executor itself failed (a lost worker or node, no cluster)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ __all__ = [
     "ForeignJobError",
     "JobArgumentError",
     "JobError",
+    "JobExecutorError",
     "JobLimitError",
     "JobRegistryClosedError",
     "UnknownJobError",
@@ -68,3 +70,19 @@ class JobRegistryClosedError(JobError):
 
     def __init__(self) -> None:
         super().__init__("the job registry is closed")
+
+
+class JobExecutorError(JobError):
+    """The executor running a job failed (not the work): a lost worker or node, no cluster.
+
+    Its message is built by dsh from fixed words only, so the registry shows it as the failed
+    job's detail: ``job executor failure (executor: ray; stage: executor; category: <c>)``. The
+    raw error (Ray's own text) stays on ``__cause__`` and in the DEBUG log.
+    """
+
+    def __init__(self, executor: str, category: str) -> None:
+        self.executor = executor
+        self.category = category
+        super().__init__(
+            f"job executor failure (executor: {executor}; stage: executor; category: {category})"
+        )

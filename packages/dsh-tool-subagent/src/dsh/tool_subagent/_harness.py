@@ -13,7 +13,7 @@ from typing import Any, Self
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from dsh.jobs import JobRegistry, JobsConfig
+from dsh.jobs import JobRegistry, JobsConfig, executor_for
 from dsh.jobs.tools import JOB_TOOL_NAMES, JobKillTool, JobListTool, JobOutputTool, job_tools
 from dsh.subagent import (
     SubagentError,
@@ -24,6 +24,7 @@ from dsh.subagent import (
 )
 from dsh.tool_subagent._contract import Tool
 from dsh.tool_subagent._known_providers import load_provider
+from dsh.tool_subagent._portable_job import WORKER_SETUP
 from dsh.tool_subagent._tool import SubagentTool, SubagentToolConfig
 from dsh.tool_subagent.errors import MountError, ProfileError
 
@@ -149,8 +150,13 @@ class Harness:
             model = ProfileModel.model_validate(data)
         except pydantic.ValidationError as exc:
             raise _problems(exc) from exc
+        try:
+            executor = executor_for(model.jobs, worker_setup=WORKER_SETUP)
+        except ImportError as exc:
+            raise _at("jobs.executor", exc) from exc
         service = SubagentService()
         kinds: dict[str, str] = {}
+        entries: dict[str, tuple[str, dict[str, Any]]] = {}
         for index, entry in enumerate(model.provider):
             try:
                 provider = load_provider(entry.kind, entry.config)
@@ -164,6 +170,7 @@ class Harness:
             except SubagentError as exc:
                 raise _at(f"provider[{index}].config.provider_name", exc) from exc
             kinds[provider.name] = entry.kind
+            entries[provider.name] = (entry.kind, dict(entry.config))
         tool_configs = list(model.tool)
         if is_default or (not tool_configs and "tool" not in data):
             tool_configs = [
@@ -172,7 +179,7 @@ class Harness:
                 )
                 for name in service.names()
             ]
-        jobs = JobRegistry(model.jobs)
+        jobs = JobRegistry(model.jobs, executor=executor)
         tools: list[Tool] = []
         seen = set(JOB_TOOL_NAMES)
         for index, config in enumerate(tool_configs):
@@ -184,7 +191,10 @@ class Harness:
             seen.add(config.tool_name)
             try:
                 product = PRODUCTS.get(kinds.get(config.provider, ""))
-                tools.append(SubagentTool(config, service, jobs, product=product))
+                portable = entries.get(config.provider)
+                tools.append(
+                    SubagentTool(config, service, jobs, product=product, portable_provider=portable)
+                )
             except MountError as exc:
                 raise _at(f"tool[{index}].{exc.field}", exc) from exc
         tools.extend(job_tools(jobs))

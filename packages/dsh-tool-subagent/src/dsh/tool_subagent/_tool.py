@@ -5,25 +5,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dsh.jobs import JobOutcome, JobRegistry, JobStatus
+from dsh.jobs import JobRegistry, JobWork
 from dsh.jobs.tools import ToolBase, ToolResult
 from dsh.subagent import (
-    CloseOnce,
     Parent,
-    PublishedRun,
     StopReason,
-    SubagentError,
     SubagentResult,
     SubagentService,
     SubagentStartRequest,
     TextBlock,
 )
 from dsh.tool_subagent._contract import Caller, Tool
+from dsh.tool_subagent._delegation import Interrupted, background_outcome, killed, run_to_end
+from dsh.tool_subagent._portable_job import portable_delegation
 from dsh.tool_subagent.errors import MountError
 
 __all__ = ["Caller", "SubagentTool", "SubagentToolConfig", "Tool", "failure_text"]
@@ -39,22 +37,6 @@ _HEADLINES = {
     StopReason.MAX_TOKENS: "subagent run hit its token limit before finishing",
     StopReason.REFUSAL: "subagent declined the task",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class _Finished:
-    """The run settled with ``result``; ``dispose`` is the safe text of a failed close."""
-
-    result: SubagentResult
-    dispose: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Interrupted:
-    """Awaiting the result raised ``error`` (a cancellation); the run was closed anyway."""
-
-    error: BaseException
-    dispose: str | None
 
 
 class SubagentToolConfig(BaseModel):
@@ -75,24 +57,6 @@ class SubagentToolConfig(BaseModel):
     def model_post_init(self, context: Any, /) -> None:
         if isinstance(self.max_depth, int) and self.max_depth < 0:
             raise ValueError('max_depth must be an int >= 0 or "provider-managed"')
-
-
-def _safe(exc: BaseException) -> str:
-    """Model-visible text of an exception: a ``SubagentError``'s safe message, else its type name.
-
-    A group (a start whose rollback failed too) shows each member's safe text, joined by ``; ``.
-    """
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_safe(member) for member in exc.exceptions)
-    if isinstance(exc, SubagentError):
-        return str(exc)
-    return type(exc).__name__
-
-
-def _killed() -> bool:
-    """Whether the running task has a cancellation pending (a job_kill or an owner close)."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
 
 
 def failure_text(result: SubagentResult) -> str:
@@ -117,8 +81,15 @@ class SubagentTool(ToolBase[Caller]):
         jobs: JobRegistry,
         *,
         product: str | None = None,
+        portable_provider: tuple[str, Mapping[str, Any]] | None = None,
     ) -> None:
-        """``product`` names the coding-agent product in the description (e.g. ``"Codex"``)."""
+        """``product`` names the coding-agent product in the description (e.g. ``"Codex"``).
+
+        ``portable_provider`` is the provider's profile entry (``kind``, ``config``): what an
+        executor that runs jobs elsewhere (``JobRegistry.executor.portable``) sends instead of
+        the live provider, to build the same provider where the job runs.
+        """
+        self.portable_provider = portable_provider
         provider = service.get(config.provider)
         if provider is None:
             raise MountError(
@@ -214,54 +185,15 @@ class SubagentTool(ToolBase[Caller]):
             return self._background(request, arguments["description"], caller)
         return await self._foreground(request)
 
-    async def _start(self, request: SubagentStartRequest, where: str) -> PublishedRun | str:
-        """The published run, or the safe text of the start failure (cancellation propagates)."""
-        try:
-            return await self.service.start(self.config.provider, request)
-        except Exception as exc:  # an ExceptionGroup too: start and rollback both failed
-            logger.debug("%s subagent start failed", where, exc_info=exc)
-            return _safe(exc)
-
-    @staticmethod
-    async def _dispose(run: PublishedRun, where: str) -> str | None:
-        """``aclose()`` the run; the safe text of its failure, or ``None``.
-
-        The close runs to its end even when this task is cancelled meanwhile (a ``job_kill``
-        followed by a ``close_owner``): only then does the ``CancelledError`` propagate.
-        """
-        failure = await CloseOnce().run(run.aclose)
-        if failure is None:
-            return None
-        logger.debug("%s subagent dispose failed", where, exc_info=failure)
-        return _safe(failure)
-
-    async def _run(
-        self, request: SubagentStartRequest, where: str
-    ) -> str | _Finished | _Interrupted:
-        """Start → result → dispose, the steps both paths share.
-
-        Returns the start failure's safe text, or how the run ended; the run is always closed
-        (through :meth:`_dispose`) before this returns, and a cancellation that arrives during
-        that close propagates from here once the close has ended.
-        """
-        run = await self._start(request, where)
-        if isinstance(run, str):
-            return run
-        try:
-            result = await run.result()
-        except BaseException as exc:  # a cancellation (the service turns any Exception into ERROR)
-            return _Interrupted(exc, await self._dispose(run, where))
-        return _Finished(result, await self._dispose(run, where))
-
     async def _foreground(self, request: SubagentStartRequest) -> ToolResult:
-        end = await self._run(request, "foreground")
+        end = await run_to_end(self.service, self.config.provider, request, "foreground")
         if isinstance(end, str):
-            if _killed():
+            if killed():
                 # The call was cancelled and the start's rollback failed (Codex then raises the
                 # teardown line): the caller asked to stop, so it gets the cancellation.
                 raise asyncio.CancelledError
             return ToolResult(text=end, is_error=True)
-        if isinstance(end, _Interrupted):
+        if isinstance(end, Interrupted):
             raise end.error
         result, dispose = end.result, end.dispose
         value = {"stop_reason": str(result.stop_reason), "diagnostic": result.diagnostic}
@@ -278,9 +210,7 @@ class SubagentTool(ToolBase[Caller]):
 
     def _background(self, request: SubagentStartRequest, label: str, caller: Caller) -> ToolResult:
         try:
-            job_id = self.jobs.start(
-                "subagent", label, caller, lambda: self._background_work(request)
-            )
+            job_id = self.jobs.start("subagent", label, caller, self._work(request))
         except Exception as exc:
             from dsh.jobs.errors import JobError
 
@@ -291,33 +221,19 @@ class SubagentTool(ToolBase[Caller]):
             text=f"started background subagent job {job_id}", value={"job_id": job_id}
         )
 
-    async def _background_work(self, request: SubagentStartRequest) -> JobOutcome:
-        end = await self._run(request, "background")
-        if isinstance(end, str):
-            if _killed():
-                # Killed while starting, and the start then failed instead of raising the
-                # cancellation (a Codex rollback that could not prove exit): keep that fact.
-                return JobOutcome(JobStatus.KILLED, detail=end)
-            return JobOutcome(JobStatus.FAILED, detail=end)
-        if isinstance(end, _Interrupted):
-            # job_kill (or an owner close): the run was closed before the job settles, and a
-            # failed teardown stays in the killed job's detail instead of being dropped.
-            if end.dispose is None or not isinstance(end.error, asyncio.CancelledError):
-                raise end.error
-            return JobOutcome(JobStatus.KILLED, detail=f"dispose failed: {end.dispose}")
-        result, dispose = end.result, end.dispose
-        suffix = f"; dispose failed: {dispose}" if dispose else ""
-        reason = result.stop_reason
-        if reason == StopReason.COMPLETED:
-            if dispose:
-                return JobOutcome(JobStatus.FAILED, detail=f"completed{suffix}", output=result.text)
-            return JobOutcome(JobStatus.COMPLETED, output=result.text)
-        if reason == StopReason.ABORTED:
-            return JobOutcome(JobStatus.KILLED, detail=(suffix[2:] or None), output=result.text)
-        detail = str(reason)
-        if result.diagnostic:
-            detail += f"; diagnostic: {result.diagnostic}"
-        return JobOutcome(JobStatus.FAILED, detail=detail + suffix, output=result.text)
+    def _work(self, request: SubagentStartRequest) -> JobWork:
+        """The job's work: a closure here, plain data for an executor that runs it elsewhere."""
+        if self.jobs.executor.portable:
+            if self.portable_provider is None:
+                from dsh.jobs.errors import JobArgumentError
+
+                raise JobArgumentError(
+                    f'tool "{self.name}": its provider has no profile entry to send to the'
+                    f" {self.jobs.executor.name} executor"
+                )
+            kind, config = self.portable_provider
+            return portable_delegation(kind, config, request)
+        return lambda: background_outcome(self.service, self.config.provider, request)
 
     def __repr__(self) -> str:
         return f"<SubagentTool {self.name} provider={self.config.provider!r}>"

@@ -1,0 +1,135 @@
+"""One delegation's run (start → result → whole-tree close) and a background job's outcome.
+
+Shared by the delegation tool (foreground and in-process background jobs) and by the portable
+job a remote executor runs (``_portable_job``), so a job means the same wherever it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from dsh.jobs import JobOutcome, JobStatus
+from dsh.subagent import (
+    CloseOnce,
+    PublishedRun,
+    StopReason,
+    SubagentError,
+    SubagentResult,
+    SubagentService,
+    SubagentStartRequest,
+)
+
+__all__ = ["Finished", "Interrupted", "background_outcome", "killed", "run_to_end", "safe_text"]
+
+logger = logging.getLogger("dsh.tool_subagent")
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The run settled with ``result``; ``dispose`` is the safe text of a failed close."""
+
+    result: SubagentResult
+    dispose: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Interrupted:
+    """Awaiting the result raised ``error`` (a cancellation); the run was closed anyway."""
+
+    error: BaseException
+    dispose: str | None
+
+
+def safe_text(exc: BaseException) -> str:
+    """Model-visible text of an exception: a ``SubagentError``'s safe message, else its type name.
+
+    A group (a start whose rollback failed too) shows each member's safe text, joined by ``; ``.
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(safe_text(member) for member in exc.exceptions)
+    if isinstance(exc, SubagentError):
+        return str(exc)
+    return type(exc).__name__
+
+
+def killed() -> bool:
+    """Whether the running task has a cancellation pending (a job_kill or an owner close)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+async def _start(
+    service: SubagentService, provider: str, request: SubagentStartRequest, where: str
+) -> PublishedRun | str:
+    """The published run, or the safe text of the start failure (cancellation propagates)."""
+    try:
+        return await service.start(provider, request)
+    except Exception as exc:  # an ExceptionGroup too: start and rollback both failed
+        logger.debug("%s subagent start failed", where, exc_info=exc)
+        return safe_text(exc)
+
+
+async def _dispose(run: PublishedRun, where: str) -> str | None:
+    """``aclose()`` the run; the safe text of its failure, or ``None``.
+
+    The close runs to its end even when this task is cancelled meanwhile (a ``job_kill``
+    followed by a ``close_owner``): only then does the ``CancelledError`` propagate.
+    """
+    failure = await CloseOnce().run(run.aclose)
+    if failure is None:
+        return None
+    logger.debug("%s subagent dispose failed", where, exc_info=failure)
+    return safe_text(failure)
+
+
+async def run_to_end(
+    service: SubagentService, provider: str, request: SubagentStartRequest, where: str
+) -> str | Finished | Interrupted:
+    """Start → result → dispose, the steps the foreground and the background share.
+
+    Returns the start failure's safe text, or how the run ended; the run is always closed
+    (through :func:`_dispose`) before this returns, and a cancellation that arrives during
+    that close propagates from here once the close has ended.
+    """
+    run = await _start(service, provider, request, where)
+    if isinstance(run, str):
+        return run
+    try:
+        result = await run.result()
+    except BaseException as exc:  # a cancellation (the service turns any Exception into ERROR)
+        return Interrupted(exc, await _dispose(run, where))
+    return Finished(result, await _dispose(run, where))
+
+
+async def background_outcome(
+    service: SubagentService, provider: str, request: SubagentStartRequest
+) -> JobOutcome:
+    """A background job's whole work: the run to its end, mapped to the job's outcome."""
+    end = await run_to_end(service, provider, request, "background")
+    if isinstance(end, str):
+        if killed():
+            # Killed while starting, and the start then failed instead of raising the
+            # cancellation (a Codex rollback that could not prove exit): keep that fact.
+            return JobOutcome(JobStatus.KILLED, detail=end)
+        return JobOutcome(JobStatus.FAILED, detail=end)
+    if isinstance(end, Interrupted):
+        # job_kill (or an owner close): the run was closed before the job settles, and a
+        # failed teardown stays in the killed job's detail instead of being dropped.
+        if end.dispose is None or not isinstance(end.error, asyncio.CancelledError):
+            raise end.error
+        return JobOutcome(JobStatus.KILLED, detail=f"dispose failed: {end.dispose}")
+    result, dispose = end.result, end.dispose
+    suffix = f"; dispose failed: {dispose}" if dispose else ""
+    reason = result.stop_reason
+    if reason == StopReason.COMPLETED:
+        if dispose:
+            return JobOutcome(JobStatus.FAILED, detail=f"completed{suffix}", output=result.text)
+        return JobOutcome(JobStatus.COMPLETED, output=result.text)
+    if reason == StopReason.ABORTED:
+        return JobOutcome(JobStatus.KILLED, detail=(suffix[2:] or None), output=result.text)
+    detail = str(reason)
+    if result.diagnostic:
+        detail += f"; diagnostic: {result.diagnostic}"
+    return JobOutcome(JobStatus.FAILED, detail=detail + suffix, output=result.text)

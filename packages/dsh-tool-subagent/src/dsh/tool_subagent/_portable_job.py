@@ -1,0 +1,102 @@
+"""A background delegation as plain data, for executors that run jobs elsewhere (Ray).
+
+The harness sends the provider's ``kind`` and its profile ``config`` (the table the profile
+validated), and the request's plain fields. The worker builds the provider from them (so the
+product's env comes from the worker's own environment plus the config's ``inherit_env`` names)
+and runs :func:`~dsh.tool_subagent._delegation.background_outcome`, the same work as a local job.
+No live object and no credential value travels: credentials are named, never copied.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dsh.jobs import JobOutcome, JobStatus, PortableWork
+from dsh.subagent import Parent, SubagentError, SubagentService, SubagentStartRequest, TextBlock
+from dsh.tool_subagent._delegation import background_outcome
+from dsh.tool_subagent._known_providers import load_provider
+
+__all__ = [
+    "BUILD_FAILED",
+    "NO_WORKSPACE",
+    "TARGET",
+    "WORKER_SETUP",
+    "portable_delegation",
+    "run_delegation",
+]
+
+logger = logging.getLogger("dsh.tool_subagent")
+
+TARGET = "dsh.tool_subagent._portable_job:run_delegation"
+#: What each remote executor process runs when it starts: the orphan reaper of its node, so the
+#: trees a lost worker left there are gone before a new run starts.
+WORKER_SETUP = ("dsh.subprocess:reap_orphans",)
+BUILD_FAILED = "the subagent provider could not be built on the worker (stage: executor)"
+NO_WORKSPACE = (
+    "the job's working directory does not exist on the worker node (stage: executor); a job's"
+    " cwd must be on a filesystem every node shares"
+)
+
+
+def portable_delegation(
+    kind: str, config: Mapping[str, Any], request: SubagentStartRequest
+) -> PortableWork:
+    """The job's work as plain data; raises ``ValueError`` for a request with a non-text part."""
+    texts = []
+    for block in request.prompt:
+        if not isinstance(block, TextBlock):
+            raise ValueError("a portable delegation carries text prompts only")
+        texts.append(block.text)
+    return PortableWork(
+        TARGET,
+        {
+            "kind": kind,
+            "config": dict(config),
+            "prompt": texts,
+            "session_id": request.parent.session_id,
+            "cwd": request.parent.cwd,
+            "label": request.label,
+            "max_depth": request.max_depth,
+        },
+    )
+
+
+async def run_delegation(
+    *,
+    kind: str,
+    config: dict[str, Any],
+    prompt: list[str],
+    session_id: str,
+    cwd: str | None,
+    label: str | None,
+    max_depth: int | None,
+) -> JobOutcome:
+    """The worker side: build the provider here, run the delegation, close everything.
+
+    A ``cwd`` that is not a directory on this node fails the job before anything is built or
+    spawned (the path stays out of the text: it goes to a model).
+    """
+    if cwd is not None and not Path(cwd).is_dir():  # noqa: ASYNC240 - one stat, as the kit does
+        logger.debug("job cwd %r is missing on this worker node", cwd)
+        return JobOutcome(JobStatus.FAILED, detail=NO_WORKSPACE)
+    try:
+        provider = load_provider(kind, config)
+    except SubagentError as exc:
+        # The harness validated the same config; failing here means this node's install differs.
+        logger.debug("building provider kind %r on the worker failed", kind, exc_info=exc)
+        return JobOutcome(JobStatus.FAILED, detail=BUILD_FAILED)
+    request = SubagentStartRequest(
+        prompt=tuple(TextBlock(text) for text in prompt),
+        parent=Parent(session_id=session_id, cwd=cwd),
+        label=label,
+        max_depth=max_depth,
+    )
+    service = SubagentService()
+    service.register(provider)
+    try:
+        return await background_outcome(service, provider.name, request)
+    finally:
+        await service.aclose()

@@ -1,0 +1,141 @@
+"""Background delegations as plain data (what the Ray executor sends), and the [jobs] keys.
+
+The portable path runs here in-process: the harness's registry gets an executor that demands
+portable work but runs it locally, so the worker side (``run_delegation``) runs against a
+``FakeProvider`` kind. The real cluster is exercised in ``tests-e2e/ray``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from dsh.jobs import JobOutcome, JobStarted, JobStatus, JobWork, LocalExecutor, PortableWork
+from dsh.subagent import SubagentError
+from dsh.subagent.testing import FakeProvider
+from dsh.tool_subagent import Caller, Harness
+from dsh.tool_subagent import _harness as harness_module
+from dsh.tool_subagent import _portable_job as portable_module
+from dsh.tool_subagent.errors import ProfileError
+
+CONFIG = {"provider_name": "fake-remote", "env": {"EXAMPLE": "value"}}
+PROFILE = {"provider": [{"kind": "fake", "config": CONFIG}], "tool": [{"provider": "fake-remote"}]}
+
+
+class Remote(LocalExecutor):
+    """Demands portable work (as the Ray executor does) and records what it was sent."""
+
+    name: ClassVar[str] = "remote"
+    portable: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        self.sent: list[PortableWork] = []
+
+    async def execute(self, work: JobWork, started: JobStarted) -> JobOutcome:
+        assert isinstance(work, PortableWork)
+        self.sent.append(work)
+        # What crosses to a worker: a JSON round trip of the target and the arguments.
+        crossed = PortableWork(*json.loads(json.dumps([work.target, dict(work.arguments)])))
+        return await super().execute(crossed, started)
+
+
+def load_fake(kind: str, config: Any = None) -> FakeProvider:
+    if kind != "fake":
+        raise SubagentError(f'no subagent provider kind "{kind}" is installed', code="UNKNOWN")
+    return FakeProvider(dict(config or {}).get("provider_name", "fake"))
+
+
+@pytest.fixture(autouse=True)
+def fake_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(harness_module, "load_provider", load_fake)
+    monkeypatch.setattr(portable_module, "load_provider", load_fake)
+
+
+async def background(harness: Harness, caller: Caller, prompt: str) -> tuple[str, str]:
+    result = await harness.tool("subagent").call(
+        {"description": "portable", "prompt": prompt, "run_in_background": True}, caller
+    )
+    assert not result.is_error, result.text
+    assert result.value is not None
+    snapshot = await harness.jobs.wait(str(result.value["job_id"]), 10, caller)
+    return snapshot.status_line, harness.jobs.read(snapshot.id, caller)
+
+
+async def test_a_portable_job_carries_plain_data_and_ends_like_a_local_one(tmp_path: Path) -> None:
+    caller = Caller(session_id="s1", cwd=str(tmp_path))
+    async with Harness.from_profile(PROFILE) as harness:
+        local = await background(harness, caller, "same task")
+        remote = Remote()
+        harness.jobs.executor = remote
+        assert await background(harness, caller, "same task") == local
+    (work,) = remote.sent
+    assert work.target == "dsh.tool_subagent._portable_job:run_delegation"
+    assert dict(work.arguments) == {
+        "kind": "fake",
+        "config": CONFIG,
+        "prompt": ["same task"],
+        "session_id": "s1",
+        "cwd": str(tmp_path),
+        "label": "portable",
+        "max_depth": None,
+    }
+
+
+async def test_a_cwd_missing_where_the_job_runs_fails_before_the_provider_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[str] = []
+    monkeypatch.setattr(portable_module, "load_provider", lambda kind, config: built.append(kind))
+    caller = Caller(session_id="s1", cwd=str(tmp_path / "elsewhere"))
+    async with Harness.from_profile(PROFILE) as harness:
+        harness.jobs.executor = Remote()
+        status, output = await background(harness, caller, "task")
+    assert status == f"[status: failed, {portable_module.NO_WORKSPACE}]"
+    assert str(tmp_path) not in status
+    assert (output, built) == ("", [])
+
+
+async def test_a_provider_that_cannot_be_built_on_the_worker_fails_the_job_safely() -> None:
+    outcome = await portable_module.run_delegation(
+        kind="not-installed-here",
+        config={},
+        prompt=["task"],
+        session_id="s1",
+        cwd=None,
+        label=None,
+        max_depth=None,
+    )
+    assert outcome == JobOutcome(JobStatus.FAILED, detail=portable_module.BUILD_FAILED)
+
+
+def test_the_ray_executor_without_ray_is_a_profile_error_naming_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the [ray] extra were not installed
+    monkeypatch.delitem(sys.modules, "dsh.jobs._ray_executor", raising=False)
+    with pytest.raises(ProfileError) as caught:
+        Harness.from_profile({**PROFILE, "jobs": {"executor": "ray"}})
+    assert caught.value.field == "jobs.executor"
+    assert 'pip install "dsh-jobs[ray]"' in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("jobs", "field", "text"),
+    [
+        ({"executor": "ray", "address": "nowhere"}, "jobs.address", "must be"),
+        ({"executor": "ray", "max_runs_per_node": 0}, "jobs.max_runs_per_node", "greater"),
+        ({"address": "auto"}, "jobs", 'address is a setting of executor = "ray"'),
+        ({"executor": "spark"}, "jobs.executor", "'local' or 'ray'"),
+    ],
+)
+def test_bad_executor_keys_are_profile_errors_naming_the_field(
+    jobs: dict[str, Any], field: str, text: str
+) -> None:
+    with pytest.raises(ProfileError) as caught:
+        Harness.from_profile({**PROFILE, "jobs": jobs})
+    assert caught.value.field == field
+    assert text in str(caught.value)

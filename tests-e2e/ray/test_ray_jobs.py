@@ -1,0 +1,226 @@
+"""Background jobs on the Ray executor, with the REAL products on a local 3-node cluster.
+
+The harness (this test process, the Ray driver) keeps the job records; each job's whole run
+happens in an actor on one of the two worker nodes, whose products talk to the loopback model
+servers in this process. Codex's key exists only in the nodes' environment (``CANARY_ENV``): the
+profile names it, the fake server sees it arrive, and it never passes through Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pickle
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh.jobs import JobStatus, PortableWork
+from dsh.jobs._ray_executor import RayExecutor
+from dsh.subprocess import reap_orphans
+from dsh.tool_subagent import Caller, Harness, ToolResult
+
+pytestmark = [pytest.mark.real_product, pytest.mark.timeout(240)]
+
+CODEX = "subagent_codex"
+CLAUDE = "subagent_claude_code"
+DELEGATIONS = 50
+LOST = "job executor failure (executor: ray; stage: executor; category: workerLost)"
+
+
+async def start(harness: Harness, tool: str, prompt: str, caller: Caller) -> str:
+    result = await harness.tool(tool).call(
+        {"description": "ray job", "prompt": prompt, "run_in_background": True}, caller
+    )
+    assert not result.is_error, result.text
+    assert result.value is not None
+    return str(result.value["job_id"])
+
+
+async def until(predicate: Callable[[], bool], what: str, limit: float = 60.0) -> None:
+    deadline = time.monotonic() + limit
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def job_list(harness: Harness, caller: Caller) -> ToolResult:
+    return await harness.tool("job_list").call({}, caller)
+
+
+# ---- the 50 delegations --------------------------------------------------------------------
+
+
+async def test_fifty_delegations_mixing_both_products_spread_over_the_worker_nodes(
+    setup: Any, ray_kit: Any
+) -> None:
+    async with setup.harness(max_concurrent_jobs_per_owner=DELEGATIONS) as harness:
+        expected = {}
+        for n in range(DELEGATIONS):
+            tool = CLAUDE if n % 2 else CODEX
+            prompt = f"task {n} {uuid.uuid4().hex[:8]}"
+            job_id = await start(harness, tool, prompt, setup.caller)
+            expected[job_id] = ("codex says: " if tool == CODEX else "claude says: ") + prompt
+            if n == 0:
+                # Two cold Codex processes sharing one CODEX_HOME race on its sqlite state
+                # (docs/dsh-tool-subagent.md); the first run bootstraps the home alone.
+                await harness.jobs.wait(job_id, 120, setup.caller)
+        nodes = set()
+        for job_id, answer in expected.items():
+            snapshot = await harness.jobs.wait(job_id, 200, setup.caller)
+            assert snapshot.status is JobStatus.COMPLETED, (job_id, snapshot.detail)
+            assert harness.jobs.read(job_id, setup.caller).strip() == answer
+            nodes.add(ray_kit.where(snapshot))
+        assert nodes == {node.node_id for node in ray_kit.workers}
+    # Codex's key came from the worker nodes' environment, named by the profile.
+    keys = {r.headers.get("authorization") for r in setup.codex.requests if r.task_text}
+    assert keys == {f"Bearer {ray_kit.canary}"}
+
+
+# ---- capacity ------------------------------------------------------------------------------
+
+
+async def test_jobs_beyond_the_per_node_limit_are_queued_and_a_queued_kill_never_runs(
+    setup: Any, ray_kit: Any
+) -> None:
+    async with setup.harness(max_runs_per_node=1) as harness:
+        held = [await start(harness, CLAUDE, f"STALL {n}", setup.caller) for n in range(2)]
+        await until(lambda: len(setup.claude.requests) >= 2, "both nodes to run a job")
+        waiting = await start(harness, CLAUDE, "STALL queued", setup.caller)
+        await asyncio.sleep(1.0)  # time enough for a wrongly free share to start it
+        assert harness.jobs.get(waiting, setup.caller).status is JobStatus.QUEUED
+        listed = (await job_list(harness, setup.caller)).text
+        assert f"{waiting} [subagent] queued — ray job" in listed.splitlines()
+        assert {harness.jobs.get(j, setup.caller).status for j in held} == {JobStatus.RUNNING}
+        assert len(setup.claude.requests) == 2
+
+        killed = await harness.tool("job_kill").call({"job_id": waiting}, setup.caller)
+        assert killed.text == f"requested cancellation of job {waiting}"
+        snapshot = await harness.jobs.wait(waiting, 30, setup.caller)
+        assert (snapshot.status, snapshot.where) == (JobStatus.KILLED, None)
+        for job_id in held:
+            harness.jobs.kill(job_id, setup.caller)
+            assert (await harness.jobs.wait(job_id, 60, setup.caller)).status is JobStatus.KILLED
+        assert all(r.task != "STALL queued" for r in setup.claude.requests)
+
+
+# ---- kill mid-tool -------------------------------------------------------------------------
+
+
+async def test_job_kill_mid_tool_leaves_no_marked_process_on_any_node(
+    setup: Any, ray_kit: Any
+) -> None:
+    token = f"4{uuid.uuid4().int % 10**8:08d}.5"
+    async with setup.harness() as harness:
+        job_id = await start(harness, CODEX, f"HOLD {token}", setup.caller)
+        await until(lambda: bool(sleeping(token)), "the tool's sleep to run on a worker node")
+        assert ray_kit.cluster_marked(), "the product tree must be marked while it runs"
+        result = await harness.tool("job_kill").call({"job_id": job_id}, setup.caller)
+        assert result.text == f"requested cancellation of job {job_id}"
+        snapshot = await harness.jobs.wait(job_id, 60, setup.caller)
+        assert snapshot.status is JobStatus.KILLED, snapshot
+        # Settled only after whole-tree exit on its node: nothing is left at this moment.
+        assert sleeping(token) == []
+        assert ray_kit.cluster_marked() == []
+
+
+def sleeping(token: str) -> list[int]:
+    """Pids whose command line holds ``token`` (own walk of /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if token.encode() in cmdline and b"sleep" in cmdline and state not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
+# ---- a worker node lost mid-run ------------------------------------------------------------
+
+
+async def test_a_worker_node_removed_mid_run_fails_the_job_safely_and_leaves_nothing(
+    setup: Any, ray_kit: Any
+) -> None:
+    dirs_before = set(ray_kit.lost_run_dirs())
+    async with setup.harness() as harness:
+        job_id = await start(harness, CLAUDE, "STALL lost node", setup.caller)
+        await until(lambda: len(setup.claude.requests) >= 1, "the product to reach the model")
+        node = ray_kit.worker_of(ray_kit.where(harness.jobs.get(job_id, setup.caller)))
+        try:
+            ray_kit.remove_worker(node)
+            snapshot = await harness.jobs.wait(job_id, 90, setup.caller)
+        finally:
+            ray_kit.add_worker()
+        assert snapshot.status is JobStatus.FAILED
+        assert snapshot.detail == LOST
+        output = await harness.tool("job_output").call({"job_id": job_id}, setup.caller)
+        assert output.text == f"(no new output)\n[status: failed, {LOST}]"
+        assert "ray" not in output.text.replace("executor: ray", "")
+    await asyncio.to_thread(reap_orphans)
+    ray_kit.assert_no_marked(settle_s=0.5)
+    # Files are another matter: the SIGKILLed worker could not remove Claude Code's run dir
+    # (``dsh-claude-<worker pid>-*``, as after any host crash); only that one may be left.
+    left = sorted(set(ray_kit.lost_run_dirs()) - dirs_before)
+    assert len(left) <= 1, left
+    ray_kit.remove(left)
+
+
+# ---- credentials and workspaces -------------------------------------------------------------
+
+
+async def test_the_canary_credential_never_passes_through_ray(
+    setup: Any, ray_kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[bytes] = []
+    submit = RayExecutor._submit
+    new_actor = RayExecutor._new_actor
+
+    def recording_submit(self: RayExecutor, actor: Any, work: PortableWork) -> Any:
+        sent.append(pickle.dumps((work.target, dict(work.arguments))))
+        return submit(self, actor, work)
+
+    def recording_new_actor(self: RayExecutor) -> Any:
+        sent.append(pickle.dumps(self.worker_setup))
+        return new_actor(self)
+
+    monkeypatch.setattr(RayExecutor, "_submit", recording_submit)
+    monkeypatch.setattr(RayExecutor, "_new_actor", recording_new_actor)
+    async with setup.harness() as harness:
+        job_id = await start(harness, CODEX, "canary check", setup.caller)
+        snapshot = await harness.jobs.wait(job_id, 120, setup.caller)
+        assert snapshot.status is JobStatus.COMPLETED, snapshot
+    (request,) = [r for r in setup.codex.requests if r.task_text == "canary check"]
+    assert request.headers["authorization"] == f"Bearer {ray_kit.canary}"  # the key was used
+    assert len(sent) == 2
+    assert all(ray_kit.canary.encode() not in payload for payload in sent)
+    # Each actor reaps its node's orphans when it starts (the setup its constructor receives).
+    assert pickle.loads(sent[0]) == ("dsh.subprocess:reap_orphans",)
+    arguments = pickle.loads(sent[1])[1]
+    assert ray_kit.canary_env in json.dumps(arguments)  # named, never copied
+    assert ray_kit.files_holding(ray_kit.canary.encode()) == []
+    assert ray_kit.files_holding(ray_kit.token.encode()) == []
+
+
+async def test_a_cwd_missing_on_the_worker_fails_before_anything_spawns(
+    setup: Any, ray_kit: Any, tmp_path: Path
+) -> None:
+    missing = Caller(session_id="ray-tests", cwd=str(tmp_path / "not-on-the-worker"))
+    async with setup.harness() as harness:
+        job_id = await start(harness, CODEX, "no workspace", missing)
+        snapshot = await harness.jobs.wait(job_id, 120, missing)
+    assert snapshot.status is JobStatus.FAILED
+    assert snapshot.detail == (
+        "the job's working directory does not exist on the worker node (stage: executor); a"
+        " job's cwd must be on a filesystem every node shares"
+    )
+    assert not [r for r in setup.codex.requests if r.task_text == "no workspace"]
