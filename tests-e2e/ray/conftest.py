@@ -237,7 +237,7 @@ class Setup:
 
 
 def codex_route(request: RecordedRequest) -> Reply | Stall | None:
-    task = request.task_text or ""
+    task = request.task or ""
     if task.startswith("HOLD"):
         call = {"cmd": f"echo holding; sleep {task.split()[1]}", "login": False}
         return Reply((FunctionCallItem("exec_command", {**call, "yield_time_ms": 30_000}),))

@@ -68,7 +68,7 @@ async def test_dsh_run_background_runs_the_job_on_a_worker_node(
     assert outcome.exit_code == 0, stderr
     assert process.collected("stdout").text == "codex says: cli on ray\n"
     assert "started background subagent job subagent-1" in stderr
-    (request,) = [r for r in setup.codex.requests if r.task_text == "cli on ray"]
+    (request,) = [r for r in setup.codex.requests if r.task == "cli on ray"]
     assert request.headers["authorization"] == f"Bearer {ray_kit.canary}"
 
 

@@ -78,7 +78,7 @@ async def test_fifty_delegations_mixing_both_products_spread_over_the_worker_nod
             nodes.add(ray_kit.where(snapshot))
         assert nodes == {node.node_id for node in ray_kit.workers}
     # Codex's key came from the worker nodes' environment, named by the profile.
-    keys = {r.headers.get("authorization") for r in setup.codex.requests if r.task_text}
+    keys = {r.headers.get("authorization") for r in setup.codex.requests if r.task}
     assert keys == {f"Bearer {ray_kit.canary}"}
 
 
@@ -199,7 +199,7 @@ async def test_the_canary_credential_never_passes_through_ray(
         job_id = await start(harness, CODEX, "canary check", setup.caller)
         snapshot = await harness.jobs.wait(job_id, 120, setup.caller)
         assert snapshot.status is JobStatus.COMPLETED, snapshot
-    (request,) = [r for r in setup.codex.requests if r.task_text == "canary check"]
+    (request,) = [r for r in setup.codex.requests if r.task == "canary check"]
     assert request.headers["authorization"] == f"Bearer {ray_kit.canary}"  # the key was used
     assert len(sent) == 2
     assert all(ray_kit.canary.encode() not in payload for payload in sent)
@@ -223,4 +223,4 @@ async def test_a_cwd_missing_on_the_worker_fails_before_anything_spawns(
         "the job's working directory does not exist on the worker node (stage: executor); a"
         " job's cwd must be on a filesystem every node shares"
     )
-    assert not [r for r in setup.codex.requests if r.task_text == "no workspace"]
+    assert not [r for r in setup.codex.requests if r.task == "no workspace"]
