@@ -1,0 +1,116 @@
+"""Warm Codex processes (``prewarm = N``): ``codex app-server`` spawned and ``initialize`` done.
+
+A warm process is a ``CodexRun`` that stopped after ``initialize`` + ``initialized``. A start
+that takes one sends only ``thread/start`` and ``turn/start``. What Codex fixes per process is
+the key: the process cwd (a thread's own cwd comes from ``thread/start``, but Codex resolves what
+a thread leaves open against its process cwd, so a warm process runs in the request's cwd exactly
+as a cold one would), the argv and the env overlay computed for the request (forwarded values
+included: a changed credential is a miss, never a stale process). See docs/dsh-subagent-codex.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Hashable
+from typing import TYPE_CHECKING
+
+from dsh.subagent import FailureFacts, ProductFailure
+from dsh.subagent.kit import WarmPool
+from dsh.subagent_codex._mapping import PREFIX, PRODUCT
+from dsh.subagent_codex._run import CodexRun
+from dsh.subprocess import TeardownError
+
+if TYPE_CHECKING:
+    from dsh.subagent_codex._provider import CodexProvider
+
+__all__ = ["WarmCodex"]
+
+_log = logging.getLogger("dsh.subagent_codex")
+
+_Key = tuple[str, tuple[str, ...], tuple[tuple[str, str | None], ...]]
+
+
+class WarmCodex:
+    """The provider's pool of warm ``codex app-server`` processes (created on first use)."""
+
+    def __init__(self, provider: CodexProvider) -> None:
+        self._provider = provider
+        self._pool: WarmPool[CodexRun] | None = None
+
+    @property
+    def pool(self) -> WarmPool[CodexRun]:
+        if self._pool is None:
+            self._pool = WarmPool(
+                self._provider.config.prewarm,
+                make=self._make,
+                alive=CodexRun.warm_usable,
+                close=_close,
+                kill=_kill,
+            )
+        return self._pool
+
+    def key(self, cwd: str) -> _Key | None:
+        """What this request fixes per process; None when it cannot be computed (start cold)."""
+        try:
+            argv, env = self._provider._argv_env()
+        except Exception:
+            return None  # the cold path reports the same failure, safely
+        return (cwd, tuple(argv), tuple(sorted(env.items())))
+
+    async def start(self, key: _Key, texts: list[str]) -> CodexRun | None:
+        """A published run on a warm process, or None: the caller starts cold."""
+        provider = self._provider
+        cwd = key[0]
+        run = await self.pool.take(key)
+        if run is None:
+            return None
+        try:
+            await run.start_thread(provider._thread_params(cwd))
+        except asyncio.CancelledError as exc:
+            await provider._rollback(run, exc)
+            raise  # unreachable: _rollback always raises
+        except Exception:
+            # A warm process that fails before publication is not the request's failure: it is
+            # torn down and the start goes cold (which reports a failure the request does cause).
+            _log.debug("a warm Codex process failed at thread/start; starting cold", exc_info=True)
+            try:
+                await run.rollback()
+            except TeardownError as teardown:
+                raise _teardown_failure() from teardown
+            return None
+        return await provider._publish(run, texts)
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            await self._pool.aclose()
+
+    async def _make(self, key: Hashable) -> CodexRun:
+        cwd, argv, env = _unpack(key)
+        run = await self._provider._spawn(cwd, lambda: (list(argv), dict(env)))
+        try:
+            await self._provider._initialize(run)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await run.rollback()
+            raise
+        return run
+
+
+def _unpack(key: Hashable) -> _Key:
+    assert isinstance(key, tuple)
+    cwd, argv, env = key
+    return (cwd, argv, env)
+
+
+def _kill(run: CodexRun) -> None:
+    run.process.kill_now()
+
+
+async def _close(run: CodexRun) -> None:
+    await run.rollback()
+
+
+def _teardown_failure() -> ProductFailure:
+    return ProductFailure.from_facts(PREFIX, FailureFacts(PRODUCT, "teardown", "unknown"))
