@@ -94,9 +94,9 @@ class WarmPool(Generic[W]):
     def closed(self) -> bool:
         return self._closed
 
-    def idle_count(self) -> int:
-        """How many warm objects are idle now (for tests and the benchmark)."""
-        return 0 if self._state is None else len(self._state.idle)
+    def idle(self) -> list[W]:
+        """The idle warm objects now, oldest first (for tests and the benchmark)."""
+        return [] if self._state is None else [warm for _, warm in self._state.idle]
 
     async def take(self, key: Hashable) -> W | None:
         """A warm object for ``key`` (the caller owns it from now on), or None: start cold."""
