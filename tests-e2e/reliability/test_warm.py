@@ -218,6 +218,19 @@ async def test_provider_aclose_closes_idle_warm_processes(kit: Any, product: Pro
         await provider.aclose()
 
 
+async def test_closing_the_harness_closes_its_providers_warm_processes(
+    kit: Any, product: Product
+) -> None:
+    config = product.make().config.model_dump(include={"env", "stderr"})
+    profile = {"provider": [{"kind": product.name, "config": {**config, "prewarm": 1}}]}
+    async with Harness.from_profile(profile) as harness:
+        provider = harness.subagents.get(product.name)
+        await _complete(provider, product)
+        [warm] = await _idle(kit, provider, 1)
+    assert await asyncio.to_thread(marked_processes, warm.process.tree_id) == []
+    assert await asyncio.to_thread(kit.own_marked) == []
+
+
 @pytest.mark.parametrize("kind", ["codex", "claude-code"])
 @pytest.mark.parametrize("value", [-1, 17, True, "2", 1.5])
 async def test_bad_prewarm_values_are_rejected_before_spawning(

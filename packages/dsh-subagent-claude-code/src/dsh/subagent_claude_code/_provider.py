@@ -66,7 +66,7 @@ class ClaudeCodeProvider:
         self.config = config if config is not None else ClaudeCodeProviderConfig()
         self._runtime = runtime
         self._cli_command: Sequence[str] | None = None  # test-only seam (see .testing)
-        self._warm = WarmClaudeCode(self)
+        self._warm = WarmClaudeCode(self.config, new_run=self._new_run, rollback=self._rollback)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Self:

@@ -14,35 +14,42 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 from dsh.subagent.kit import WarmPool
 from dsh.subagent_claude_code._command import child_env_overlay
 from dsh.subagent_claude_code._run import ClaudeCodeRun
-
-if TYPE_CHECKING:
-    from dsh.subagent_claude_code._provider import ClaudeCodeProvider
+from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
 
 __all__ = ["WarmClaudeCode"]
 
 _log = logging.getLogger("dsh.subagent_claude_code")
 
 _Key = tuple[str, tuple[str, ...], tuple[tuple[str, str | None], ...]]
+NewRun = Callable[[str, list[str], dict[str, str | None]], ClaudeCodeRun]
+Rollback = Callable[[ClaudeCodeRun, BaseException], Awaitable[None]]
 
 
 class WarmClaudeCode:
-    """The provider's pool of warm Claude Code CLIs (created on first use)."""
+    """The provider's pool of warm Claude Code CLIs (created on first use).
 
-    def __init__(self, provider: ClaudeCodeProvider) -> None:
-        self._provider = provider
+    ``new_run`` and ``rollback`` are the provider's own steps (an unspawned run with its run
+    dir; the start-up rollback that raises the safe failure).
+    """
+
+    def __init__(
+        self, config: ClaudeCodeProviderConfig, *, new_run: NewRun, rollback: Rollback
+    ) -> None:
+        self._config = config
+        self._new_run = new_run
+        self._rollback = rollback
         self._pool: WarmPool[ClaudeCodeRun] | None = None
 
     @property
     def pool(self) -> WarmPool[ClaudeCodeRun]:
         if self._pool is None:
             self._pool = WarmPool(
-                self._provider.config.prewarm,
+                self._config.prewarm,
                 make=self._make,
                 alive=ClaudeCodeRun.warm_usable,
                 close=ClaudeCodeRun.discard,
@@ -52,7 +59,7 @@ class WarmClaudeCode:
 
     def key(self, cwd: str, argv: Sequence[str]) -> _Key:
         """What this request fixes per process: cwd, argv and the env overlay (no run dir)."""
-        env = child_env_overlay(self._provider.config, cwd=cwd, tmp_dir=None, env_file=None)
+        env = child_env_overlay(self._config, cwd=cwd, tmp_dir=None, env_file=None)
         return (cwd, tuple(argv), tuple(sorted(env.items())))
 
     async def start(self, key: _Key, texts: Sequence[str]) -> ClaudeCodeRun | None:
@@ -64,7 +71,7 @@ class WarmClaudeCode:
             run.begin(texts)
             await run.wait_ready()
         except asyncio.CancelledError as error:
-            await self._provider._rollback(run, error)
+            await self._rollback(run, error)
             raise  # unreachable: _rollback always raises
         except Exception:
             # The warm CLI failed before the task was delivered (it exited since the take):
@@ -84,7 +91,7 @@ class WarmClaudeCode:
     async def _make(self, key: Hashable) -> ClaudeCodeRun:
         assert isinstance(key, tuple)
         cwd, argv, env = key
-        run = self._provider._new_run(cwd, list(argv), dict(env))
+        run = self._new_run(cwd, list(argv), dict(env))
         try:
             await run.spawn()
             await run.preinitialize()

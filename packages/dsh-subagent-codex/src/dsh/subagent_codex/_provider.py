@@ -25,7 +25,7 @@ from dsh.subagent_codex._config import CodexProviderConfig
 from dsh.subagent_codex._env import credential_rows, forwarding, tool_env_override
 from dsh.subagent_codex._mapping import MODE_FIELDS, OPT_OUT_NOTIFICATIONS, PREFIX, PRODUCT
 from dsh.subagent_codex._run import CodexRun, StartupFailure
-from dsh.subagent_codex._warm import WarmCodex
+from dsh.subagent_codex._warm import CodexSteps, WarmCodex
 from dsh.subagent_codex._wire import MAX_LINE_BYTES
 from dsh.subprocess import SpawnError, SpawnSpec, TeardownError, default_runtime, reap_orphans_once
 
@@ -88,7 +88,15 @@ class CodexProvider:
         self.config = config or CodexProviderConfig()
         self._program = tuple(_program) if _program is not None else None
         self._max_line = _max_line_bytes
-        self._warm = WarmCodex(self)
+        steps = CodexSteps(
+            argv_env=self._argv_env,
+            spawn=self._spawn,
+            initialize=self._initialize,
+            thread_params=self._thread_params,
+            publish=self._publish,
+            rollback=self._rollback,
+        )
+        self._warm = WarmCodex(self.config.prewarm, steps)
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> Self:

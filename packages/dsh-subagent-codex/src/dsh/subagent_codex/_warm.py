@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Hashable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
 
 from dsh.subagent import FailureFacts, ProductFailure
 from dsh.subagent.kit import WarmPool
@@ -22,28 +23,39 @@ from dsh.subagent_codex._mapping import PREFIX, PRODUCT
 from dsh.subagent_codex._run import CodexRun
 from dsh.subprocess import TeardownError
 
-if TYPE_CHECKING:
-    from dsh.subagent_codex._provider import CodexProvider
-
-__all__ = ["WarmCodex"]
+__all__ = ["CodexSteps", "WarmCodex"]
 
 _log = logging.getLogger("dsh.subagent_codex")
 
 _Key = tuple[str, tuple[str, ...], tuple[tuple[str, str | None], ...]]
+ArgvEnv = Callable[[], tuple[list[str], dict[str, str | None]]]
+
+
+@dataclass(frozen=True)
+class CodexSteps:
+    """The provider's own start-up steps, which a warm start runs in another order."""
+
+    argv_env: ArgvEnv
+    spawn: Callable[[str, ArgvEnv], Awaitable[CodexRun]]
+    initialize: Callable[[CodexRun], Awaitable[None]]
+    thread_params: Callable[[str], dict[str, Any]]
+    publish: Callable[[CodexRun, list[str]], Awaitable[CodexRun]]
+    rollback: Callable[[CodexRun, BaseException], Awaitable[None]]
 
 
 class WarmCodex:
     """The provider's pool of warm ``codex app-server`` processes (created on first use)."""
 
-    def __init__(self, provider: CodexProvider) -> None:
-        self._provider = provider
+    def __init__(self, size: int, steps: CodexSteps) -> None:
+        self._size = size
+        self._steps = steps
         self._pool: WarmPool[CodexRun] | None = None
 
     @property
     def pool(self) -> WarmPool[CodexRun]:
         if self._pool is None:
             self._pool = WarmPool(
-                self._provider.config.prewarm,
+                self._size,
                 make=self._make,
                 alive=CodexRun.warm_usable,
                 close=_close,
@@ -54,22 +66,21 @@ class WarmCodex:
     def key(self, cwd: str) -> _Key | None:
         """What this request fixes per process; None when it cannot be computed (start cold)."""
         try:
-            argv, env = self._provider._argv_env()
+            argv, env = self._steps.argv_env()
         except Exception:
             return None  # the cold path reports the same failure, safely
         return (cwd, tuple(argv), tuple(sorted(env.items())))
 
     async def start(self, key: _Key, texts: list[str]) -> CodexRun | None:
         """A published run on a warm process, or None: the caller starts cold."""
-        provider = self._provider
-        cwd = key[0]
+        steps = self._steps
         run = await self.pool.take(key)
         if run is None:
             return None
         try:
-            await run.start_thread(provider._thread_params(cwd))
+            await run.start_thread(steps.thread_params(key[0]))
         except asyncio.CancelledError as exc:
-            await provider._rollback(run, exc)
+            await steps.rollback(run, exc)
             raise  # unreachable: _rollback always raises
         except Exception:
             # A warm process that fails before publication is not the request's failure: it is
@@ -80,7 +91,7 @@ class WarmCodex:
             except TeardownError as teardown:
                 raise _teardown_failure() from teardown
             return None
-        return await provider._publish(run, texts)
+        return await steps.publish(run, texts)
 
     async def aclose(self) -> None:
         if self._pool is not None:
@@ -88,9 +99,9 @@ class WarmCodex:
 
     async def _make(self, key: Hashable) -> CodexRun:
         cwd, argv, env = _unpack(key)
-        run = await self._provider._spawn(cwd, lambda: (list(argv), dict(env)))
+        run = await self._steps.spawn(cwd, lambda: (list(argv), dict(env)))
         try:
-            await self._provider._initialize(run)
+            await self._steps.initialize(run)
         except BaseException:
             with contextlib.suppress(Exception):
                 await run.rollback()
