@@ -338,7 +338,7 @@ async def test_warm_processes_of_a_killed_host_are_gone(
         assert (await host.wait()).signal == "SIGKILL"
         if supervised:
             # Each supervisor sees its host's socket close and kills its tree: no reaper needed.
-            await kit.wait_until(lambda: kit.owned_by(host.pid) == [], 10.0, "the warm trees")
+            await kit.wait_until(lambda: kit.owned_by(host.pid) == [], 3.0, "the warm trees")
         else:
             await asyncio.sleep(0.5)
             survivors = set(await asyncio.to_thread(kit.owned_by, host.pid))

@@ -3,10 +3,11 @@
 ``warm_host.py <codex|claude-code> <base_url> <root> <workspace> <prewarm> [plain]``: builds the
 provider with ``prewarm``, runs one delegation to completion (a cold start; it triggers the
 warming), waits until ``prewarm`` warm processes are idle, prints their pids as one JSON line,
-and sleeps (bounded) so the test can SIGKILL it. With ``plain`` it spawns without supervisors
-(dsh.subprocess's fallback) and forks a child that holds the warm processes' stdin open, so
-they do not see the EOF that would end them when the host dies: only ``reap_orphans()`` can
-remove them then. It prints that child's pid too (the test kills it).
+and sleeps (bounded) so the test can SIGKILL it. It first forks a child that holds the warm
+processes' stdin open, so they do not see the EOF that would end them when the host dies (both
+products exit on stdin EOF when idle): only their supervisors, or without supervisors (``plain``,
+dsh.subprocess's fallback) only ``reap_orphans()``, can remove them then. It prints that child's
+pid too (the test kills it).
 """
 
 import asyncio
@@ -25,7 +26,6 @@ LIFETIME_S = 60.0
 
 async def main() -> None:
     kind, base_url, root, workspace, prewarm = sys.argv[1:6]
-    plain = sys.argv[6:] == ["plain"]
     provider = build_provider(kind, base_url, root, prewarm=int(prewarm))
     request = ResolvedStartRequest(
         prompt=(TextBlock("warm-host"),),
@@ -40,12 +40,10 @@ async def main() -> None:
             break
         await asyncio.sleep(0.05)
     pids = [warm.process.pid for warm in pool.idle()]
-    holder = 0
-    if plain:
-        holder = os.fork()  # the child inherits every pipe end, the warm stdins included
-        if holder == 0:
-            time.sleep(LIFETIME_S)  # noqa: ASYNC251 (a forked child: no loop runs here)
-            os._exit(0)
+    holder = os.fork()  # the child inherits every pipe end, the warm stdins included
+    if holder == 0:
+        time.sleep(LIFETIME_S)  # noqa: ASYNC251 (a forked child: no loop runs here)
+        os._exit(0)
     print(json.dumps({"warm": pids, "holder": holder}), flush=True)
     await asyncio.sleep(LIFETIME_S)  # the test SIGKILLs us long before this
 
