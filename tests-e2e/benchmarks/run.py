@@ -637,6 +637,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="spawn dsh's products without supervisors (the fallback path), to measure their cost",
     )
+    parser.add_argument(
+        "--prewarm",
+        action="store_true",
+        help="only the warm-start measurement (prewarm.py): warm dsh vs the official SDK",
+    )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write JSON")
     parser.add_argument("--no-table", action="store_true", help="write JSON only")
     args = parser.parse_args(argv)
@@ -731,6 +736,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     root = Path(tempfile.mkdtemp(prefix="dsh-bench-"))
     try:
+        if args.prewarm:
+            from prewarm import run_prewarm
+
+            report = run_prewarm(args, root)
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+            return 1 if any("error" in p for p in report["products"].values()) else 0
         report = asyncio.run(_bench(args, root))
     finally:
         shutil.rmtree(root, ignore_errors=True)

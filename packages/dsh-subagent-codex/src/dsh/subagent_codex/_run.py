@@ -152,9 +152,10 @@ class CodexRun:
         self._stage = "thread-start"
 
     def warm_usable(self) -> bool:
-        """Initialised, not yet taken, and nothing has ended it since (a warm process's check)."""
+        """Thread started, not taken, and nothing has ended it since (a warm process's check)."""
         return (
-            self._stage == "thread-start"
+            self._thread_id is not None
+            and not self._published
             and not self._dead
             and not self._wire.closed
             and self._proc.outcome is None

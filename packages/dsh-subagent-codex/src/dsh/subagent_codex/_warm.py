@@ -1,27 +1,24 @@
-"""Warm Codex processes (``prewarm = N``): ``codex app-server`` spawned and ``initialize`` done.
+"""Warm Codex processes (``prewarm = N``): ``codex app-server`` spawned, ``initialize`` done.
 
-A warm process is a ``CodexRun`` that stopped after ``initialize`` + ``initialized``. A start
-that takes one sends only ``thread/start`` and ``turn/start``. What Codex fixes per process is
-the key: the process cwd (a thread's own cwd comes from ``thread/start``, but Codex resolves what
-a thread leaves open against its process cwd, so a warm process runs in the request's cwd exactly
-as a cold one would), the argv and the env overlay computed for the request (forwarded values
-included: a changed credential is a miss, never a stale process). See docs/dsh-subagent-codex.md.
+A warm process is a ``CodexRun`` that stopped after ``initialize`` + ``initialized`` and
+``thread/start`` (an ephemeral thread; every field of it comes from the instance's config and
+the request's cwd, which is in the key). A start that takes one sends only its task
+(``turn/start``). What Codex fixes per process is the key: the process cwd (Codex resolves what
+a thread leaves open against it, so a warm process runs in the request's cwd exactly as a cold
+one would), the argv, and the env overlay computed for the request (forwarded values included:
+a changed credential is a miss, never a stale process). See docs/dsh-subagent-codex.md.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from dsh.subagent import FailureFacts, ProductFailure
 from dsh.subagent.kit import WarmPool
-from dsh.subagent_codex._mapping import PREFIX, PRODUCT
 from dsh.subagent_codex._run import CodexRun
-from dsh.subprocess import TeardownError
 
 __all__ = ["CodexSteps", "WarmCodex"]
 
@@ -73,25 +70,11 @@ class WarmCodex:
 
     async def start(self, key: _Key, texts: list[str]) -> CodexRun | None:
         """A published run on a warm process, or None: the caller starts cold."""
-        steps = self._steps
         run = await self.pool.take(key)
         if run is None:
             return None
-        try:
-            await run.start_thread(steps.thread_params(key[0]))
-        except asyncio.CancelledError as exc:
-            await steps.rollback(run, exc)
-            raise  # unreachable: _rollback always raises
-        except Exception:
-            # A warm process that fails before publication is not the request's failure: it is
-            # torn down and the start goes cold (which reports a failure the request does cause).
-            _log.debug("a warm Codex process failed at thread/start; starting cold", exc_info=True)
-            try:
-                await run.rollback()
-            except TeardownError as teardown:
-                raise _teardown_failure() from teardown
-            return None
-        return await steps.publish(run, texts)
+        # No await since the pool checked it alive: the task goes out on the thread it has.
+        return await self._steps.publish(run, texts)
 
     async def aclose(self) -> None:
         if self._pool is not None:
@@ -102,6 +85,7 @@ class WarmCodex:
         run = await self._steps.spawn(cwd, lambda: (list(argv), dict(env)))
         try:
             await self._steps.initialize(run)
+            await run.start_thread(self._steps.thread_params(cwd))
         except BaseException:
             with contextlib.suppress(Exception):
                 await run.rollback()
@@ -121,7 +105,3 @@ def _kill(run: CodexRun) -> None:
 
 async def _close(run: CodexRun) -> None:
     await run.rollback()
-
-
-def _teardown_failure() -> ProductFailure:
-    return ProductFailure.from_facts(PREFIX, FailureFacts(PRODUCT, "teardown", "unknown"))
