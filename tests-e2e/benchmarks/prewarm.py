@@ -2,7 +2,8 @@
 
 Run: ``uv run python tests-e2e/benchmarks/run.py --prewarm [--runs N] [--products ...]``.
 
-For each product, one dsh provider with ``prewarm = 1`` and the official SDK (used as its docs
+For each product, one dsh provider with ``prewarm = N`` (``--prewarm N``, default 1) and the
+official SDK (used as its docs
 use it, exactly as in run.py's end-to-end phase) take turns, one delegation each, back to back
 with no pause: ``--runs`` times ``--e2e-per-round`` pairs, after one unrecorded pair (the first dsh
 start is cold and starts the warming). What is counted, for both:
@@ -124,8 +125,8 @@ def _median_ms(values: list[float]) -> float:
     return round(statistics.median(values) * 1000, 1) if values else float("nan")
 
 
-async def _product(bench: Bench, pairs: int) -> dict[str, Any]:
-    provider = _warm_provider(bench, 1)
+async def _product(bench: Bench, pairs: int, prewarm: int) -> dict[str, Any]:
+    provider = _warm_provider(bench, prewarm)
     cwd = bench._dir("ws", "warm")
     dsh: list[tuple[float, float]] = []
     sdk: list[tuple[float, float]] = []
@@ -150,6 +151,7 @@ async def _product(bench: Bench, pairs: int) -> dict[str, Any]:
     ratio = statistics.median(ratios)
     return {
         "pairs": pairs,
+        "prewarm": prewarm,
         "dsh_warm_e2e_ms": _median_ms([d[1] for d in dsh]),
         "dsh_warm_e2e_range_ms": [
             _median_ms([min(d[1] for d in dsh)]),
@@ -187,7 +189,8 @@ def _print(report: dict[str, Any]) -> None:
             f"  {product}: end-to-end median {figures['dsh_warm_e2e_ms']} ms "
             f"{figures['dsh_warm_e2e_range_ms']} vs SDK {figures['sdk_e2e_ms']} ms "
             f"{figures['sdk_e2e_range_ms']}; answer {figures['dsh_warm_answer_ms']} vs "
-            f"{figures['sdk_answer_ms']} ms; {figures['pairs']} pairs; "
+            f"{figures['sdk_answer_ms']} ms; {figures['pairs']} pairs, prewarm = "
+            f"{figures['prewarm']}; "
             f"warm ready {figures['warm_ready_at_start']}, taken {figures['warm_taken']}, "
             f"cold {figures['cold_starts']}"
         )
@@ -219,7 +222,7 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             cls = CodexBench if product == "codex" else ClaudeBench
             bench = cls(servers, root, 1, 0.0, 1)
             try:
-                figures = await _product(bench, args.runs * args.e2e_per_round)
+                figures = await _product(bench, args.runs * args.e2e_per_round, args.prewarm)
                 figures["idle"] = await _idle_cost(bench)
             except Exception as exc:
                 figures = {"error": repr(exc)[:300]}

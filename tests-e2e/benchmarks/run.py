@@ -639,8 +639,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--prewarm",
-        action="store_true",
-        help="only the warm-start measurement (prewarm.py): warm dsh vs the official SDK",
+        nargs="?",
+        type=int,
+        const=1,
+        default=0,
+        metavar="N",
+        help="only the warm-start measurement (prewarm.py) with prewarm = N (default 1)",
     )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write JSON")
     parser.add_argument("--no-table", action="store_true", help="write JSON only")

@@ -342,7 +342,9 @@ async def test_warm_processes_of_a_killed_host_are_gone(
         else:
             await asyncio.sleep(0.5)
             survivors = set(await asyncio.to_thread(kit.owned_by, host.pid))
-            assert warm <= survivors, "the warm processes did not outlive the host"
+            assert warm <= survivors, [
+                (p, psutil.pid_exists(p) and psutil.Process(p).status()) for p in warm
+            ]
         reaper = await default_runtime().spawn(
             SpawnSpec(
                 argv=[sys.executable, "-c", REAPER],

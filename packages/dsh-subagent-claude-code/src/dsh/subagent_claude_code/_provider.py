@@ -107,7 +107,7 @@ class ClaudeCodeProvider:
         run = await self._warm.start(key, texts)
         if run is None:
             run = await self._start_cold(cwd, argv, texts)
-        self._warm.pool.replenish(key)  # in the background, once this run is under way
+        self._warm.pool.replenish_after(run.result(), key)  # once this run's result is in
         return run
 
     async def aclose(self) -> None:

@@ -140,7 +140,7 @@ class CodexProvider:
         run = await self._warm.start(key, list(texts))
         if run is None:
             run = await self._spawn_and_publish(cwd, list(texts))
-        self._warm.pool.replenish(key)  # in the background, once this run is under way
+        self._warm.pool.replenish_after(run.result(), key)  # once this run's result is in
         return run
 
     async def aclose(self) -> None:

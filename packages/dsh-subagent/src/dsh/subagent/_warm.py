@@ -9,9 +9,10 @@ Rules (docs/dsh-subagent.md, "Warm starts"):
 - ``take(key)`` returns an idle warm object for ``key``, else waits for one that is being
   initialised for ``key`` and that no other ``take`` is already waiting for, else returns None
   (the caller starts cold). A take never spawns: once the caller's run is published (on a warm
-  object or a cold one) it calls ``replenish(key)``, which starts the missing warm spawns as
-  background tasks. So a replacement never competes with the start-up of the run it replaces,
-  and two first-time starts of a product never race in a fresh home (Codex can fail then).
+  object or a cold one) it calls ``replenish_after(run.result(), key)``, which starts the
+  missing warm spawns as background tasks when that run's result is in. So a replacement never
+  competes with the run it replaces for CPU, and two first-time starts of a product never race
+  in a fresh home (Codex can fail then).
 - A new key *retargets* the pool: its idle objects are closed in the background, and the next
   ``replenish`` warms N for the new key. So the idle cost is at most N processes, whatever the
   callers do.
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
@@ -134,6 +136,28 @@ class WarmPool(Generic[W]):
             if self._closed or state.key != key:
                 return None
 
+    def replenish_after(self, done: Awaitable[object], key: Hashable) -> None:
+        """``replenish(key)`` once ``done`` (a run's result) is ready, in the background.
+
+        The replacement of the process a run took then never takes CPU from that run: on a
+        loaded machine a Claude Code CLI's start-up (0.6 s of CPU) slowed the run it replaced
+        by half (docs/performance.md, "Warm starts").
+        """
+        state = self._state
+        if self.size <= 0 or self._closed or state is None or state.loop is not _running_loop():
+            if inspect.iscoroutine(done):
+                done.close()  # never awaited: say so to nobody
+            return
+
+        async def wait_then_replenish() -> None:
+            with contextlib.suppress(Exception):
+                await done
+            self.replenish(key)
+
+        task = state.loop.create_task(wait_then_replenish())
+        state.closing.add(task)
+        task.add_done_callback(state.closing.discard)
+
     def replenish(self, key: Hashable) -> None:
         """Warm up to ``size`` objects for ``key`` in the background (after a run's start).
 
@@ -158,7 +182,7 @@ class WarmPool(Generic[W]):
             self._abandon(state)
             return
         tasks = [w.task for w in state.warming if w.task is not None]
-        for task in tasks:
+        for task in (*tasks, *state.closing):
             task.cancel()
         idle, state.idle = state.idle, []
         closes = [self._close_quietly(warm) for _, warm in idle]
