@@ -178,9 +178,7 @@ async def _product(bench: Bench, pairs: int, prewarm: int) -> dict[str, Any]:
 
 def _print(report: dict[str, Any]) -> None:
     meta = report["meta"]
-    print(
-        f"dsh warm starts (prewarm = 1) vs the official SDK — {meta['date']}, load {meta['load']}"
-    )
+    print(f"dsh warm starts vs the official SDK — {meta['date']}, load {meta['load']}")
     for product, figures in report["products"].items():
         if "error" in figures:
             print(f"  {product}: ERROR {figures['error']}")
