@@ -94,7 +94,6 @@ class CodexProvider:
             initialize=self._initialize,
             thread_params=self._thread_params,
             publish=self._publish,
-            rollback=self._rollback,
         )
         self._warm = WarmCodex(self.config.prewarm, steps)
 

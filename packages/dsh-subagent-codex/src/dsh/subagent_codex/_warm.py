@@ -12,7 +12,6 @@ a changed credential is a miss, never a stale process). See docs/dsh-subagent-co
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +20,6 @@ from dsh.subagent.kit import WarmPool
 from dsh.subagent_codex._run import CodexRun
 
 __all__ = ["CodexSteps", "WarmCodex"]
-
-_log = logging.getLogger("dsh.subagent_codex")
 
 _Key = tuple[str, tuple[str, ...], tuple[tuple[str, str | None], ...]]
 ArgvEnv = Callable[[], tuple[list[str], dict[str, str | None]]]
@@ -37,7 +34,6 @@ class CodexSteps:
     initialize: Callable[[CodexRun], Awaitable[None]]
     thread_params: Callable[[str], dict[str, Any]]
     publish: Callable[[CodexRun, list[str]], Awaitable[CodexRun]]
-    rollback: Callable[[CodexRun, BaseException], Awaitable[None]]
 
 
 class WarmCodex:
