@@ -57,6 +57,9 @@ def test_the_grace_bound_is_the_spawn_layers(config: type[ProviderConfigBase]) -
         ({"credential_env": ["A=B"]}, "credential_env names must be non-empty"),
         ({"env_policy": "none"}, "'scrub' or 'core'"),
         ({"nice": True}, "valid integer"),
+        ({"prewarm": -1}, "greater than or equal to 0"),
+        ({"prewarm": 17}, "less than or equal to 16"),
+        ({"prewarm": True}, "valid integer"),
         ({"stderr": "inherit"}, "'forward' or 'discard'"),
     ],
 )

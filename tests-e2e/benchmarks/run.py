@@ -664,6 +664,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="add dsh without supervisors as a fourth variant of every trio (paired A/B)",
     )
+    parser.add_argument(
+        "--prewarm",
+        nargs="?",
+        type=int,
+        const=1,
+        default=0,
+        metavar="N",
+        help="only the warm-start measurement (prewarm.py) with prewarm = N (default 1)",
+    )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write JSON")
     parser.add_argument("--no-table", action="store_true", help="write JSON only")
     parser.add_argument("--ray", action="store_true", help="then run ray_executor.py's benchmark")
@@ -761,6 +770,13 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     root = Path(tempfile.mkdtemp(prefix="dsh-bench-"))
     try:
+        if args.prewarm:
+            from prewarm import run_prewarm
+
+            report = run_prewarm(args, root)
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+            return 1 if any("error" in p for p in report["products"].values()) else 0
         report = asyncio.run(_bench(args, root))
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -16,7 +16,7 @@ from dsh.subagent import Descriptor, Parent, ResolvedStartRequest, TextBlock
 LIFETIME_S = 60.0
 
 
-def build_provider(kind: str, base_url: str, root: str):  # type: ignore[no-untyped-def]
+def build_provider(kind: str, base_url: str, root: str, prewarm: int = 0):  # type: ignore[no-untyped-def]
     if kind == "codex":
         from dsh.subagent_codex import CodexProvider, CodexProviderConfig
         from dsh.subagent_codex.testing import hermetic_env
@@ -25,13 +25,16 @@ def build_provider(kind: str, base_url: str, root: str):  # type: ignore[no-unty
             env=hermetic_env(Path(root)),
             permission_mode="dangerously-bypass-approvals-and-sandbox",
             stderr="discard",
+            prewarm=prewarm,
         )
         return CodexProvider(config)
     from dsh.subagent_claude_code import ClaudeCodeProvider, ClaudeCodeProviderConfig
     from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 
     return ClaudeCodeProvider(
-        ClaudeCodeProviderConfig(env=claude_env(Path(root), base_url), stderr="discard")
+        ClaudeCodeProviderConfig(
+            env=claude_env(Path(root), base_url), stderr="discard", prewarm=prewarm
+        )
     )
 
 

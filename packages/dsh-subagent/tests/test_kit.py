@@ -21,7 +21,8 @@ def test_all_names_exist_once() -> None:
 
 def test_the_kit_names_are_the_seam_objects() -> None:
     # Nothing moved: the names the tool layer imports from dsh.subagent are the kit's.
-    for name in set(kit.__all__) - {"EnvPolicy", "MAX_GRACE_MS", "ProviderConfigBase"}:
+    kit_only = {"EnvPolicy", "MAX_GRACE_MS", "MAX_PREWARM", "ProviderConfigBase"}
+    for name in set(kit.__all__) - kit_only - {"WARM_START_TIMEOUT_S", "WarmPool"}:
         assert getattr(kit, name) is getattr(dsh.subagent, name), name
 
 
@@ -54,6 +55,7 @@ def test_defaults() -> None:
     assert config.dispose_grace_ms == 3000
     assert config.stderr == "forward"
     assert config.nice == 10
+    assert config.prewarm == 0
 
 
 @pytest.mark.parametrize(
@@ -63,6 +65,11 @@ def test_defaults() -> None:
         ({"dispose_grace_ms": MAX_GRACE_MS + 1}, "dispose_grace_ms"),
         ({"nice": 20}, "nice"),
         ({"nice": True}, "nice"),
+        ({"prewarm": -1}, "prewarm"),
+        ({"prewarm": kit.MAX_PREWARM + 1}, "prewarm"),
+        ({"prewarm": True}, "prewarm"),
+        ({"prewarm": "2"}, "prewarm"),
+        ({"prewarm": 1.5}, "prewarm"),
         ({"env": {"A=B": "x"}}, "env"),
         ({"inherit_env": [""]}, "inherit_env"),
         ({"unknown": 1}, "unknown"),

@@ -11,7 +11,13 @@ import claude_agent_sdk
 from dsh.subagent_claude_code._env import forwarding
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
 
-__all__ = ["SESSION_MARKERS", "bundled_cli", "child_env_overlay", "cli_argv"]
+__all__ = [
+    "SESSION_MARKERS",
+    "bundled_cli",
+    "child_env_overlay",
+    "cli_argv",
+    "run_dir_overlay",
+]
 
 SESSION_MARKERS = (
     "CLAUDECODE",
@@ -76,6 +82,13 @@ def child_env_overlay(
     overlay["PWD"] = cwd
     for name in (*SESSION_MARKERS, _DERIVED_CLIENT_APP_ENV):
         overlay[name] = None
+    overlay.update(run_dir_overlay(tmp_dir, env_file))
+    return overlay
+
+
+def run_dir_overlay(tmp_dir: str | None, env_file: str | None) -> dict[str, str | None]:
+    """The names that point into one process's own run dir (set last, over everything else)."""
+    overlay: dict[str, str | None] = {}
     if tmp_dir is not None:
         overlay["TMPDIR"] = tmp_dir
         overlay["CLAUDE_CODE_TMPDIR"] = tmp_dir

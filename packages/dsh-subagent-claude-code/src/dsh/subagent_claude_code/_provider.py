@@ -14,10 +14,12 @@ from dsh.subagent_claude_code._command import (
     bundled_cli,
     child_env_overlay,
     cli_argv,
+    run_dir_overlay,
 )
 from dsh.subagent_claude_code._env import CLAUDE_CONFIG_DIR_ENV, forwarding, make_run_dir
 from dsh.subagent_claude_code._mapping import PRODUCT
 from dsh.subagent_claude_code._run import PREFIX, ClaudeCodeRun, StartupExit
+from dsh.subagent_claude_code._warm import WarmClaudeCode
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
 from dsh.subprocess import SpawnSpec, SubprocessRuntime, default_runtime, reap_orphans_once
 
@@ -61,6 +63,7 @@ class ClaudeCodeProvider(ProviderBase[ClaudeCodeProviderConfig]):
         super().__init__(config)
         self._runtime = runtime
         self._cli_command: Sequence[str] | None = None  # test-only seam (see .testing)
+        self._warm = WarmClaudeCode(self.config, new_run=self._new_run, rollback=self._rollback)
 
     @staticmethod
     def demo() -> DemoPlan:
@@ -80,6 +83,24 @@ class ClaudeCodeProvider(ProviderBase[ClaudeCodeProviderConfig]):
         cwd, texts = check_one_shot_request(request, prefix=PREFIX, unusable_cwd=_start_failure)
         await reap_orphans_once()
         argv = self._argv()
+        if self.config.prewarm <= 0:
+            return await self._start_cold(cwd, argv, texts)
+        key = self._warm.key(cwd, argv)
+        run = await self._warm.start(key, texts)
+        if run is None:
+            run = await self._start_cold(cwd, argv, texts)
+        self._warm.pool.replenish_after(run.result(), key)  # once this run's result is in
+        return run
+
+    async def aclose(self) -> None:
+        """Close this instance's warm processes (``prewarm``); later starts are cold. Idempotent.
+
+        Runs already published are the caller's; they are not touched.
+        """
+        await self._warm.aclose()
+
+    def _new_run(self, cwd: str, argv: list[str], env: dict[str, str | None]) -> ClaudeCodeRun:
+        """A run (not yet spawned) for ``argv`` in ``cwd``, with its own run dir."""
         # One run-owned dir (removed with the run): the private TMPDIR when enabled, and always
         # the home of the Bash-tool env script.
         run_dir, env_file = make_run_dir(self.config)
@@ -87,16 +108,28 @@ class ClaudeCodeProvider(ProviderBase[ClaudeCodeProviderConfig]):
         spec = SpawnSpec(
             argv=argv,
             cwd=cwd,
-            env=child_env_overlay(self.config, cwd=cwd, tmp_dir=tmp_dir, env_file=env_file),
+            env={**env, **run_dir_overlay(tmp_dir, env_file)},
             stdin="pipe",
             stdout="pipe",
             stderr="pipe",
             grace_ms=self.config.dispose_grace_ms,
             nice=self.config.nice,
         )
-        run = ClaudeCodeRun(self.config, spec, self._runtime or default_runtime(), run_dir)
+        return ClaudeCodeRun(self.config, spec, self._runtime or default_runtime(), run_dir)
+
+    async def _start_cold(self, cwd: str, argv: list[str], texts: Sequence[str]) -> ClaudeCodeRun:
+        env = child_env_overlay(self.config, cwd=cwd, tmp_dir=None, env_file=None)
+        run = self._new_run(cwd, argv, env)
         try:
             await run.spawn()
+        except BaseException as error:
+            await self._rollback(run, error)
+            raise AssertionError("unreachable") from None
+        return await self._publish(run, texts)
+
+    async def _publish(self, run: ClaudeCodeRun, texts: Sequence[str]) -> ClaudeCodeRun:
+        """Send the task through the SDK's query; return once the prompt is delivered."""
+        try:
             run.begin(texts)
             await run.wait_ready()
         except BaseException as error:

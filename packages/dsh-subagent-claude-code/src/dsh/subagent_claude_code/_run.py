@@ -54,13 +54,19 @@ from dsh.subagent_claude_code._transport import DshTransport
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
 from dsh.subprocess import ManagedProcess, SpawnSpec, SubprocessRuntime
 
-__all__ = ["PREFIX", "ClaudeCodeRun", "StartupExit"]
+__all__ = ["PREFIX", "WARM_INITIALIZE", "ClaudeCodeRun", "StartupExit"]
 
 _log = logging.getLogger("dsh.subagent_claude_code")
 
 PREFIX = "subagent-claude-code"
 _CONSUMER_STOP_S = 2.0
 """After whole-tree exit, how long the SDK generator may take to end before it is cancelled."""
+
+
+WARM_INITIALIZE: dict[str, Any] = {"subtype": "initialize", "hooks": None}
+"""The ``initialize`` request the SDK's ``query()`` sends for this provider's options (no hooks,
+agents, skills or system-prompt preset); a warm process sends it ahead of its run, and
+tests/test_warm.py pins it against what the SDK really writes."""
 
 
 class StartupExit(Exception):
@@ -97,6 +103,7 @@ class ClaudeCodeRun:
         self._dispose: asyncio.TimerHandle | None = None
         self._closing = CloseOnce()
         self._error: BaseException | None = None
+        self._warm = False
 
     # ---- SubagentRun ----------------------------------------------------------------------
 
@@ -134,6 +141,35 @@ class ClaudeCodeRun:
         the cancel. Connected here, ``query()``'s own ``connect()`` finds the process and returns.
         """
         await self._transport.connect()
+
+    async def preinitialize(self) -> None:
+        """A warm process: the CLI's ``initialize`` control exchange, before any request."""
+        await self._transport.preinitialize(dict(WARM_INITIALIZE))
+        self._warm = True
+
+    def warm_usable(self) -> bool:
+        """Initialised, not yet taken, and nothing has ended it since (a warm process's check)."""
+        process = self._transport.process
+        return (
+            self._warm
+            and self._task is None
+            and not self._startup.done()
+            and not self._transport.stopped_by_us
+            and process is not None
+            and process.outcome is None
+        )
+
+    @property
+    def process(self) -> ManagedProcess | None:
+        return self._transport.process
+
+    async def discard(self) -> None:
+        """Close a warm process that no request took (idle death, key change, provider close)."""
+        try:
+            await self.aclose()
+        finally:
+            if self._startup.done() and not self._startup.cancelled():
+                self._startup.exception()  # retrieved: nobody else will
 
     def begin(self, texts: Sequence[str]) -> None:
         can_use_tool = None if self._mode == "bypassPermissions" else self._can_use_tool

@@ -31,6 +31,9 @@ MAX_LINE_BYTES = 64 * 1024 * 1024
 _EOF_AFTER_EXIT_S = 0.5
 """How long stdout may stay open after the CLI exited (a descendant holding the pipe)."""
 
+_WARM_INIT_ID = "dsh_warm_initialize"
+"""The request id of a warm process's own ``initialize`` (the SDK's are ``req_<n>_<hex>``)."""
+
 ControlHandler = Callable[[dict[str, Any]], dict[str, Any] | None]
 
 
@@ -69,6 +72,9 @@ class DshTransport(Transport):
         self._closed = False
         self._closing = CloseOnce()
         self.close_failure: BaseException | None = None
+        self._lines: BoundedLines | None = None
+        self._line_iter: AsyncIterator[bytes] | None = None
+        self._early: list[dict[str, Any]] = []
 
     # ---- ladder (sync, usable from cancel()) ----------------------------------------------
 
@@ -161,13 +167,60 @@ class DshTransport(Transport):
         if process is not None and process.stdin is not None and not process.stdin.is_closing():
             process.stdin.close()
 
-    async def _read(self) -> AsyncIterator[dict[str, Any]]:
+    def _stdout_lines(self) -> tuple[BoundedLines, AsyncIterator[bytes]]:
+        """stdout's one line reader: ``preinitialize`` and ``_read`` share its buffer."""
         process = self.process
         if process is None or process.stdout is None:
             raise CLIConnectionError("not connected")
-        lines = BoundedLines(process.stdout, MAX_LINE_BYTES)
+        if self._lines is None or self._line_iter is None:
+            self._lines = BoundedLines(process.stdout, MAX_LINE_BYTES)
+            self._line_iter = aiter(self._lines)
+        return self._lines, self._line_iter
+
+    async def preinitialize(self, request: dict[str, Any]) -> None:
+        """A warm process: send ``request`` (the SDK's own ``initialize``) before any run.
+
+        Returns once the CLI answered it with success; frames that came before the answer are
+        kept and yielded first by ``read_messages()``. The run's SDK query sends its own
+        ``initialize`` later, which the CLI answers again at once (measured: about 10 ms, against
+        about 450 ms for the first one, which loads the CLI's tools, plugins and settings).
+        """
+        line_iter = self._stdout_lines()[1]
+        frame = {"type": "control_request", "request_id": _WARM_INIT_ID, "request": request}
+        await self.write(json.dumps(frame) + "\n")
+        while True:
+            try:
+                line = await anext(line_iter)
+            except StopAsyncIteration:
+                raise CLIConnectionError("the CLI ended before answering initialize") from None
+            except LineTooLong:
+                raise CLIJSONDecodeError(
+                    "<oversized stdout frame>", ValueError("frame too large")
+                ) from None
+            message = self._parse(line)
+            if message is None:
+                continue
+            response = message.get("response")
+            if (
+                message.get("type") == "control_response"
+                and isinstance(response, dict)
+                and response.get("request_id") == _WARM_INIT_ID
+            ):
+                if response.get("subtype") != "success":
+                    raise CLIConnectionError("the CLI refused initialize")
+                return
+            self._early.append(message)
+
+    async def _read(self) -> AsyncIterator[dict[str, Any]]:
+        process = self.process
+        lines, line_iter = self._stdout_lines()
+        assert process is not None
+        early, self._early = self._early, []
+        for frame in early:
+            if not await self._intercept(frame):
+                yield frame
         try:
-            async for line in lines:
+            async for line in line_iter:
                 message = self._parse(line)
                 if message is not None and not await self._intercept(message):
                     yield message

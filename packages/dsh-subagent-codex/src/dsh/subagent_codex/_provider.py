@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
@@ -15,6 +15,7 @@ from dsh.subagent_codex._config import CodexProviderConfig
 from dsh.subagent_codex._env import forwarding, tool_env_override
 from dsh.subagent_codex._mapping import MODE_FIELDS, OPT_OUT_NOTIFICATIONS, PREFIX, PRODUCT
 from dsh.subagent_codex._run import CodexRun, StartupFailure
+from dsh.subagent_codex._warm import CodexSteps, WarmCodex
 from dsh.subagent_codex._wire import MAX_LINE_BYTES
 from dsh.subprocess import SpawnError, SpawnSpec, TeardownError, default_runtime, reap_orphans_once
 
@@ -38,6 +39,14 @@ def _locate() -> tuple[str, str | None]:
     program = str(codex_cli_bin.bundled_codex_path())
     extra = codex_cli_bin.bundled_path_dir()
     return (program, None if extra is None else str(extra))
+
+
+def _client_info() -> dict[str, Any]:
+    return {"name": "dsh", "title": "dsh", "version": _client_version()}
+
+
+def _capabilities() -> dict[str, Any]:
+    return {"experimentalApi": False, "optOutNotificationMethods": list(OPT_OUT_NOTIFICATIONS)}
 
 
 def _reject(message: str) -> ProductFailure:
@@ -81,6 +90,14 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
         super().__init__(config)
         self._program = tuple(_program) if _program is not None else None
         self._max_line = _max_line_bytes
+        steps = CodexSteps(
+            argv_env=self._argv_env,
+            spawn=self._spawn,
+            initialize=self._initialize,
+            thread_params=self._thread_params,
+            publish=self._publish,
+        )
+        self._warm = WarmCodex(self.config.prewarm, steps)
 
     @staticmethod
     def demo() -> DemoPlan:
@@ -104,7 +121,21 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
             request, prefix=PREFIX, unusable_cwd=lambda: _failure("initialize")
         )
         await reap_orphans_once()
-        return await self._spawn_and_publish(cwd, list(texts))
+        key = self._warm.key(cwd) if self.config.prewarm > 0 else None
+        if key is None:
+            return await self._spawn_and_publish(cwd, list(texts))
+        run = await self._warm.start(key, list(texts))
+        if run is None:
+            run = await self._spawn_and_publish(cwd, list(texts))
+        self._warm.pool.replenish_after(run.result(), key)  # once this run's result is in
+        return run
+
+    async def aclose(self) -> None:
+        """Close this instance's warm processes (``prewarm``); later starts are cold. Idempotent.
+
+        Runs already published are the caller's; they are not touched.
+        """
+        await self._warm.aclose()
 
     def _argv_env(self) -> tuple[list[str], dict[str, str | None]]:
         env = forwarding(self.config).overlay()
@@ -117,9 +148,45 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
         return ([program, "app-server", "--listen", "stdio://"], env)
 
     async def _spawn_and_publish(self, cwd: str, texts: list[str]) -> CodexRun:
+        run = await self._spawn(cwd, self._argv_env)
+        try:
+            await run.handshake(_client_info(), _capabilities(), self._thread_params(cwd))
+        except BaseException as exc:
+            await self._rollback(run, exc)
+            raise  # unreachable: _rollback always raises
+        return await self._publish(run, texts)
+
+    async def _initialize(self, run: CodexRun) -> None:
+        """``initialize`` + ``initialized`` only: what a warm process does ahead of its request."""
+        await run.initialize(_client_info(), _capabilities())
+
+    async def _publish(self, run: CodexRun, texts: list[str]) -> CodexRun:
+        try:
+            run.begin_turn(texts)
+        except BaseException as exc:
+            await self._rollback(run, exc)
+            raise
+        return run
+
+    def _thread_params(self, cwd: str) -> dict[str, Any]:
+        config = self.config
+        thread: dict[str, Any] = {
+            "cwd": cwd,
+            "ephemeral": True,
+            "config": tool_env_override(config),
+        }
+        if config.model is not None:
+            thread["model"] = config.model
+        thread.update(MODE_FIELDS[config.permission_mode])
+        return thread
+
+    async def _spawn(
+        self, cwd: str, argv_env: Callable[[], tuple[list[str], dict[str, str | None]]]
+    ) -> CodexRun:
+        """Spawn ``codex app-server`` in ``cwd``; the safe ``initialize`` failure if it fails."""
         config = self.config
         try:
-            argv, env = self._argv_env()
+            argv, env = argv_env()
             spec = SpawnSpec(
                 argv=argv,
                 cwd=cwd,
@@ -135,36 +202,12 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
             failure = _failure("initialize")
             _log.info("%s", failure)
             raise failure from exc
-        run = CodexRun(
+        return CodexRun(
             proc,
             mode=config.permission_mode,
             grace_s=config.dispose_grace_ms / 1000.0,
             max_line=self._max_line,
         )
-        client = {"name": "dsh", "title": "dsh", "version": _client_version()}
-        capabilities = {
-            "experimentalApi": False,
-            "optOutNotificationMethods": list(OPT_OUT_NOTIFICATIONS),
-        }
-        thread: dict[str, Any] = {
-            "cwd": cwd,
-            "ephemeral": True,
-            "config": tool_env_override(config),
-        }
-        if config.model is not None:
-            thread["model"] = config.model
-        thread.update(MODE_FIELDS[config.permission_mode])
-        try:
-            await run.handshake(client, capabilities, thread)
-        except BaseException as exc:
-            await self._rollback(run, exc)
-            raise  # unreachable: _rollback always raises
-        try:
-            run.begin_turn(texts)
-        except BaseException as exc:
-            await self._rollback(run, exc)
-            raise
-        return run
 
     async def _rollback(self, run: CodexRun, exc: BaseException) -> None:
         if isinstance(exc, StartupFailure):

@@ -137,6 +137,11 @@ class CodexRun:
         self, client_info: dict[str, Any], capabilities: dict[str, Any], thread: dict[str, Any]
     ) -> None:
         """initialize → initialized → thread/start; raise ``StartupFailure`` on any problem."""
+        await self.initialize(client_info, capabilities)
+        await self.start_thread(thread)
+
+    async def initialize(self, client_info: dict[str, Any], capabilities: dict[str, Any]) -> None:
+        """initialize → initialized: all a warm process does before a request takes it."""
         self._reader = asyncio.get_running_loop().create_task(self._read())
         init = await self._call(
             "initialize", {"clientInfo": client_info, "capabilities": capabilities}
@@ -145,6 +150,25 @@ class CodexRun:
             raise StartupFailure("initialize")
         self._send_or_fail(lambda: self._wire.notify("initialized"))
         self._stage = "thread-start"
+
+    def warm_usable(self) -> bool:
+        """Thread started, not taken, and nothing has ended it since (a warm process's check)."""
+        return (
+            self._thread_id is not None
+            and not self._published
+            and not self._dead
+            and not self._wire.closed
+            and self._proc.outcome is None
+        )
+
+    @property
+    def process(self) -> ManagedProcess:
+        return self._proc
+
+    async def start_thread(self, thread: dict[str, Any]) -> None:
+        """thread/start after ``initialize``; raise ``StartupFailure`` on any problem."""
+        if self._startup_error is not None:
+            raise self._startup_error
         started = await self._call("thread/start", thread)
         thread_obj = started.get("thread") if started else None
         thread_id = thread_obj.get("id") if isinstance(thread_obj, dict) else None

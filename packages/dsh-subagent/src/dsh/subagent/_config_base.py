@@ -16,13 +16,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from dsh.subagent._env_config import check_env_names, check_env_overlay
 
-__all__ = ["MAX_GRACE_MS", "EnvPolicy", "ProviderConfigBase"]
+__all__ = ["MAX_GRACE_MS", "MAX_PREWARM", "EnvPolicy", "ProviderConfigBase"]
 
 # The seam does not depend on dsh.subprocess (dsh-subagent's only requirement is pydantic), so the
 # two spawn-layer facts the config checks are restated here; tests-e2e/test_provider_config_base.py
 # fails if they ever differ from dsh.subprocess's ``MAX_GRACE_MS`` and ``ENV_POLICIES``.
 MAX_GRACE_MS = 2_147_483_647
 """The longest ``dispose_grace_ms`` (``SpawnSpec.grace_ms``'s bound in dsh.subprocess)."""
+
+MAX_PREWARM = 16
+"""The most warm product processes one provider instance keeps (``prewarm``)."""
 
 EnvPolicy = Literal["scrub", "core"]
 """The env policies of ``dsh.subprocess`` (``scrub`` or ``core``)."""
@@ -52,6 +55,8 @@ class ProviderConfigBase(BaseModel):
     stderr: Literal["forward", "discard"] = "forward"
     nice: int | None = Field(default=10, ge=0, le=19, strict=True)
     """The product tree's CPU niceness (see ``SpawnSpec.nice``); None keeps the harness's."""
+    prewarm: int = Field(default=0, ge=0, le=MAX_PREWARM, strict=True)
+    """Warm product processes kept spawned and initialised for the next delegations (0: none)."""
 
     @field_validator("provider_name")
     @classmethod

@@ -4,16 +4,17 @@
 and discovery). This submodule gathers what only a provider implements with: the request checks
 every product provider applies before spawning, the safe-diagnostic helpers, the result latch,
 the close-once helper, the ``doctor()`` row builders, the env checks, the config base with the
-fields both product providers share, and ``ProviderBase`` (with ``ProductInstall``): the
-``from_config``, ``name`` and ``doctor()`` both product providers share. The names other than
-``ProviderConfigBase`` and its two constants are also importable from :mod:`dsh.subagent` (the
-tool layer uses ``CloseOnce`` and ``DoctorCheck``; tests/test_kit.py holds every other kit name
-to be the seam's object).
+fields both product providers share, ``ProviderBase`` (with ``ProductInstall``): the
+``from_config``, ``name`` and ``doctor()`` both product providers share, and the pool of warm
+processes (``WarmPool``, for ``prewarm``). The names other than ``ProviderConfigBase``,
+``WarmPool`` and their constants are also importable from :mod:`dsh.subagent` (the tool layer
+uses ``CloseOnce`` and ``DoctorCheck``; tests/test_kit.py holds every other kit name to be the
+seam's object).
 """
 
 from dsh.subagent._checks import check_one_shot_request
 from dsh.subagent._closing import CloseOnce
-from dsh.subagent._config_base import MAX_GRACE_MS, EnvPolicy, ProviderConfigBase
+from dsh.subagent._config_base import MAX_GRACE_MS, MAX_PREWARM, EnvPolicy, ProviderConfigBase
 from dsh.subagent._diagnostics import (
     MAX_DIAGNOSTIC_BYTES,
     FailureFacts,
@@ -24,11 +25,14 @@ from dsh.subagent._doctor import DoctorCheck, credential_checks, payload_check, 
 from dsh.subagent._env_config import check_env_names, check_env_overlay
 from dsh.subagent._latch import ResultLatch
 from dsh.subagent._provider_base import ProductInstall, ProviderBase
+from dsh.subagent._warm import WARM_START_TIMEOUT_S, WarmPool
 from dsh.subagent.errors import ProductFailure
 
 __all__ = [
     "MAX_DIAGNOSTIC_BYTES",
     "MAX_GRACE_MS",
+    "MAX_PREWARM",
+    "WARM_START_TIMEOUT_S",
     "CloseOnce",
     "DoctorCheck",
     "EnvPolicy",
@@ -38,6 +42,7 @@ __all__ = [
     "ProviderBase",
     "ProviderConfigBase",
     "ResultLatch",
+    "WarmPool",
     "bound_diagnostic",
     "check_env_names",
     "check_env_overlay",

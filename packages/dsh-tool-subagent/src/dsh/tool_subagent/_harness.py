@@ -242,12 +242,32 @@ class Harness:
         }
 
     async def aclose(self) -> None:
-        """Close the jobs (their runs tear down first), then the subagent service."""
+        """Close the jobs (their runs tear down first), the subagent service, then the providers.
+
+        A provider with an ``aclose()`` (the product providers: their warm processes) is closed
+        last, since the harness built it from the profile.
+        """
         try:
             await self.jobs.aclose()
         finally:
             self._unsubscribe()
-            await self.subagents.aclose()
+            try:
+                await self.subagents.aclose()
+            finally:
+                await self._close_providers()
+
+    async def _close_providers(self) -> None:
+        failures: list[Exception] = []
+        for name in self.subagents.names():
+            close = getattr(self.subagents.get(name), "aclose", None)
+            if close is None:
+                continue
+            try:
+                await close()
+            except Exception as exc:
+                failures.append(exc)
+        if failures:
+            raise failures[0]
 
     async def __aenter__(self) -> Self:
         return self
