@@ -60,9 +60,9 @@ def product(request: pytest.FixtureRequest, kit: Any, codex: Any, claude: Any) -
             codex.provider,
             lambda cwd, text: kit.request(cwd, text, "codex"),
             codex.workspace,
-            lambda: codex.server.queue_message("WARM-OK", phase="final_answer"),
+            lambda: codex.server.queue_text("WARM-OK", phase="final_answer"),
             lambda: codex.server.queue_stall(seconds=60),
-            lambda: len(codex.server.model_requests),
+            lambda: len(codex.server.requests),
             codex.server.base_url,
             codex.home,
         )
