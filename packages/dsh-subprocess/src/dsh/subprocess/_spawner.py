@@ -47,6 +47,9 @@ _START_TIMEOUT_S = 10.0
 _REPORT_SIZE = 256
 _STANDBY = 2
 """Supervisors kept forked and waiting, so a spawn never waits for a fork of its own."""
+_REFILL_DELAY_S = 1.0
+"""While a standby is left, the refill waits this long: a fork and its warm-up right after a
+spawn compete for the CPU with the new product's own start-up."""
 
 
 class SpawnerUnavailable(Exception):
@@ -206,6 +209,21 @@ class _Spawner:
             ready = self._standby.pop() if self._standby else None
         return ready if ready is not None else self.new_supervisor(owner)
 
+    def refill_soon(self, owner: str) -> None:
+        """Refill now if no standby is left, else after ``_REFILL_DELAY_S`` (off every caller)."""
+        with self._lock:
+            empty = not self._standby
+        if empty:
+            submit(self.refill, owner)
+            return
+        timer = threading.Timer(_REFILL_DELAY_S, self._queue_refill, (owner,))
+        timer.daemon = True
+        timer.start()
+
+    def _queue_refill(self, owner: str) -> None:
+        with contextlib.suppress(RuntimeError):  # the pool is shutting down with the host
+            submit(self.refill, owner)
+
     def refill(self, owner: str) -> None:
         try:
             while True:
@@ -291,7 +309,7 @@ def spawn_supervised(
         host_control.close()
         raise
     finally:
-        submit(_spawner.refill, owner)  # after the spawn, so the fork never competes with it
+        _spawner.refill_soon(owner)  # after the spawn, so the fork never competes with it
     child = SupervisedChild(pid, supervisor_pid, host_control, pipes)
     child.take_reports(early)
     return child
