@@ -197,11 +197,6 @@ class FakeMessagesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
         released, self._released = self._released, threading.Event()
         released.set()
 
-    # ---- internals ------------------------------------------------------------------------
-
-    def _wait_released(self, seconds: float | None) -> None:
-        self._released.wait(seconds)
-
 
 class _Handler(BaseHTTPRequestHandler):
     fake: FakeMessagesServer
@@ -223,6 +218,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "no"}})
 
     def do_POST(self) -> None:
+        # Taken before the request is recorded: a release_stalls() called once the request is
+        # seen (wait_for_requests) must end this stall, even if it swaps the event before the
+        # stall begins to wait.
+        released = self.fake._released
         length = int(self.headers.get("Content-Length") or 0)
         record = self._recorded(self.rfile.read(length) if length > 0 else b"")
         if record is None:
@@ -237,7 +236,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif behaviour.kind == "http_error":
             self._json(behaviour.status, _error_body(behaviour.status, behaviour.body))
         elif behaviour.kind == "stall":
-            self.fake._wait_released(behaviour.seconds)
+            released.wait(behaviour.seconds)
             self.close_connection = True
         elif behaviour.kind == "drop":
             self._drop(record.stream, behaviour, model)
