@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -215,3 +216,25 @@ def test_a_full_member_record_keeps_the_lines_of_live_processes(
     assert owner == (1, 2.0)
     assert (me.pid, own_start.start) in members
     assert (999_999_999, 1.0) not in members
+
+
+async def test_standby_supervisors_are_refilled_by_one_thread(
+    runtime: SubprocessRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(spawner_module, "_REFILL_DELAY_S", 1.0)
+    spawner = spawner_module._spawner
+    spec = SpawnSpec(argv=[sys.executable, "-c", "pass"])
+    for _ in range(4):
+        proc = await runtime.spawn(spec)
+        await proc.aclose()
+    # Within the delay: the refills are pending on one thread, not a timer thread each.
+    waiting = [t for t in threading.enumerate() if isinstance(t, threading.Timer)]
+    refillers = [t for t in threading.enumerate() if t.name == "dsh-standby-refill"]
+    assert waiting == []
+    assert len(refillers) == 1
+
+    def refilled() -> bool:
+        with spawner._lock:
+            return len(spawner._standby) == spawner_module._STANDBY
+
+    assert await _until(refilled)

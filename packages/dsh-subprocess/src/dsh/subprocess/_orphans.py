@@ -52,7 +52,7 @@ def marked_processes(tree_id: str | None = None, *, owner_pid: int | None = None
     suite can check its own trees while other suites run on the same machine. The calling process
     itself is never listed. This scans the process table (blocking briefly).
     """
-    snap = scan(0.0)
+    snap = scan(0.0, full=True)
     own = os.getpid()
     found = []
     for pid, marker in snap.markers.items():
@@ -143,7 +143,7 @@ def reap_orphans() -> list[int]:
     while True:
         fresh = [
             info
-            for info in _orphan_members(scan(0.0), owners, recorded)
+            for info in _orphan_members(scan(0.0, full=True), owners, recorded)
             if killed.get(info.pid) is None or killed[info.pid].start != info.start
         ]
         for info in fresh:

@@ -284,7 +284,9 @@ class ManagedProcess:
         if self._supervised is not None:
             self._supervised.send(b"K")
         try:
-            return self._tree.kill_new(snap if snap is not None else scan(0.0))
+            return self._tree.kill_new(
+                snap if snap is not None else scan(0.0, refresh=self._tree.watched_pids())
+            )
         finally:
             with contextlib.suppress(Exception):
                 self._wake_sampler()
@@ -306,7 +308,7 @@ class ManagedProcess:
         now = time.monotonic()
         urgent = self._term_at is not None or self._waiters > 0
         max_age = 0.0 if urgent else max(0.0, min(self._idle_s() / 2, now - self._tree.created))
-        snap = scan(max_age)
+        snap = scan(max_age, refresh=self._tree.watched_pids())
         if self._kill_at is not None and now >= self._kill_at:
             if self._supervised is not None:
                 self._supervised.send(b"K")
@@ -478,7 +480,7 @@ class ManagedProcess:
                 self._supervised.read_reports()
                 if self._supervised.finished:
                     self._tree.release_anchor()
-            self._tree.observe(scan(0.0))
+            self._tree.observe(scan(0.0, refresh=self._tree.watched_pids()))
         for pipe in (self._popen.stdin, self._popen.stdout, self._popen.stderr):
             if pipe is not None:
                 pipe.close()
@@ -489,7 +491,7 @@ class ManagedProcess:
         self._stop_exit_watch()
         if self._supervised is not None:
             self._end_supervision()
-            self._tree.observe(scan(0.0))
+            self._tree.observe(scan(0.0, refresh=self._tree.watched_pids()))
         if self._tree.gone:
             self._notify_gone()
 

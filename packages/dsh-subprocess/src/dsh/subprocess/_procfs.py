@@ -1,7 +1,13 @@
 """Process-table snapshots and guarded signalling.
 
-On Linux a snapshot reads ``/proc/<pid>/stat`` for every process and, once per new process (and
-again while it is young, in case it execs), ``/proc/<pid>/environ`` for the tree marker.
+On Linux a snapshot lists ``/proc`` and reads ``/proc/<pid>/stat`` only where the answer may have
+changed: for a process it has not seen (a new pid, or a pid whose ``/proc`` inode differs: a reused
+pid), for the pids the caller names (a tree's own members), for a process whose parent, group or
+session leader pid has just appeared or vanished (so a reused pid never inherits another's
+children or group), for threads-only processes, and for every process at least every
+``_FULL_READ_S``. Everything else is the earlier reading: a process outside every tree cannot join
+one. ``/proc/<pid>/environ`` is read once per new process (and again while it is young, in case it
+execs) for the tree marker.
 
 Liveness is by threads: a process whose main thread has exited while other threads run shows
 ``Z`` in ``/proc/<pid>/stat``, yet it runs, holds its resources and can be signalled. Such a
@@ -19,6 +25,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import psutil
@@ -44,6 +51,8 @@ HAS_PIDFD = _IS_LINUX and hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_s
 """Whether this host can watch and signal a process through a pidfd (Linux 5.3+, Python 3.9+)."""
 _NEEDLE = b"\0" + TREE_MARKER_ENV.encode() + b"="
 _MARKER_RECHECK_S = 2.0
+_FULL_READ_S = 5.0
+"""The longest a process's stat reading is reused: a bound on anything the rules above miss."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +80,13 @@ class Snapshot:
     children: dict[int, list[int]]
     groups: dict[int, list[int]]
     """process-group id or session id -> pids in it."""
+    fresh: frozenset[int] | None = None
+    """The pids whose stat was read for this snapshot; None when every process was read."""
+
+    def covers(self, pids: Collection[int]) -> bool:
+        """True when every one of ``pids`` was read (or is absent) in this snapshot."""
+        fresh = self.fresh
+        return fresh is None or all(pid in fresh or pid not in self.procs for pid in pids)
 
 
 def is_own(info: ProcInfo) -> bool:
@@ -244,15 +260,64 @@ class _MarkerCache:
         return markers
 
 
+class _StatCache:
+    """The latest stat reading of every process, with the ``/proc`` inode it was read under."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, tuple[int, ProcInfo]] = {}
+        self.full_at = -_FULL_READ_S
+
+    def read(
+        self, now: float, refresh: Collection[int], full: bool
+    ) -> tuple[dict[int, ProcInfo], frozenset[int] | None]:
+        with os.scandir("/proc") as listed:
+            listing = {int(e.name): e.inode() for e in listed if e.name.isdigit()}
+        old = self.entries
+        full = (
+            full or now - self.full_at >= _FULL_READ_S or len(set(listing.values())) < len(listing)
+        )
+        # A pid that appeared or vanished may be another's stale parent, group or session id.
+        moved = {pid for pid, ino in listing.items() if old.get(pid, (None,))[0] != ino}
+        moved.update(pid for pid in old if pid not in listing)
+        procs: dict[int, ProcInfo] = {}
+        entries: dict[int, tuple[int, ProcInfo]] = {}
+        fresh: set[int] = set()
+        for pid, ino in listing.items():
+            known = old.get(pid)
+            info = None if known is None or known[0] != ino else known[1]
+            if (
+                full
+                or info is None
+                or pid in refresh
+                or info.half_exited
+                or info.ppid in moved
+                or info.pgrp in moved
+                or info.sid in moved
+            ):
+                data = _read_small(f"/proc/{pid}/stat")
+                info = None if data is None else _parse_stat(pid, data)
+                fresh.add(pid)
+            if info is not None:
+                procs[pid] = info
+                entries[pid] = (ino, info)
+        self.entries = entries
+        if full:
+            self.full_at = now
+            return procs, None
+        return procs, frozenset(fresh)
+
+
 _lock = threading.Lock()
 _cache = _MarkerCache()
+_stats = _StatCache()
 _last: Snapshot | None = None
 
 
 def _reset_after_fork() -> None:
-    global _lock, _cache, _last
+    global _lock, _cache, _stats, _last
     _lock = threading.Lock()
     _cache = _MarkerCache()
+    _stats = _StatCache()
     _last = None
 
 
@@ -260,38 +325,42 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_after_fork)
 
 
-def _list_procs() -> dict[int, ProcInfo]:
-    procs: dict[int, ProcInfo] = {}
+def _list_procs(
+    now: float, refresh: Collection[int] = (), full: bool = True
+) -> tuple[dict[int, ProcInfo], frozenset[int] | None]:
     if _IS_LINUX:
-        with os.scandir("/proc") as entries:
-            for entry in entries:
-                if entry.name.isdigit():
-                    pid = int(entry.name)
-                    data = _read_small(f"/proc/{pid}/stat")
-                    info = None if data is None else _parse_stat(pid, data)
-                    if info is not None:
-                        procs[pid] = info
-        return procs
+        return _stats.read(now, refresh, full)
+    procs: dict[int, ProcInfo] = {}
     for pid in psutil.pids():
         info = _psutil_info(pid)
         if info is not None:
             procs[pid] = info
-    return procs
+    return procs, None
 
 
-def scan(max_age: float = 0.0) -> Snapshot:
+def scan(max_age: float = 0.0, *, refresh: Collection[int] = (), full: bool = False) -> Snapshot:
     """A snapshot begun at most ``max_age`` seconds before this call (shared between callers).
 
+    ``refresh`` names pids whose stat must be read for this snapshot (a tree's own members:
+    they are the processes whose state matters). ``full`` reads every process, for callers that
+    look at processes no tree knows (orphan reaping, leftover checks).
+
     Concurrent callers coalesce: one that waited for another's reading takes it when that reading
-    began after its own call, so a burst of urgent callers costs at most two readings.
+    began after its own call and read what it needs, so a burst of urgent callers costs at most
+    two readings.
     """
     global _last
     asked = time.monotonic()
     with _lock:
-        if _last is not None and _last.taken >= asked - max_age:
-            return _last
+        last = _last
+        if (
+            last is not None
+            and last.taken >= asked - max_age
+            and (last.fresh is None if full else last.covers(refresh))
+        ):
+            return last
         now = time.monotonic()
-        procs = _list_procs()
+        procs, fresh = _list_procs(now, refresh, full)
         markers = _cache.lookup(procs, now)
         children: dict[int, list[int]] = {}
         groups: dict[int, list[int]] = {}
@@ -300,7 +369,7 @@ def scan(max_age: float = 0.0) -> Snapshot:
             groups.setdefault(info.pgrp, []).append(pid)
             if info.sid != info.pgrp:
                 groups.setdefault(info.sid, []).append(pid)
-        _last = Snapshot(now, procs, markers, children, groups)
+        _last = Snapshot(now, procs, markers, children, groups, fresh)
         return _last
 
 

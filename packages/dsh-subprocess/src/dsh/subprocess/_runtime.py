@@ -45,7 +45,7 @@ def _unregister(proc: ManagedProcess) -> None:
 def _kill_all_sync(procs: list[ManagedProcess]) -> None:
     """SIGKILL every given tree synchronously, re-scanning briefly for members forked meanwhile."""
     for _ in range(5):
-        snap = scan(0.0)
+        snap = scan(0.0, full=True)
         fresh = False
         for proc in procs:
             fresh = proc.kill_now(snap) or fresh

@@ -136,6 +136,14 @@ class Tree:
             self.gone = True
         return alive
 
+    def watched_pids(self) -> frozenset[int]:
+        """The pids whose state decides this tree: its members so far and its supervisor."""
+        with self._lock:
+            pids = set(self._known)
+            if self._anchor is not None:
+                pids.add(self._anchor.pid)
+            return frozenset(pids)
+
     def release_anchor(self) -> None:
         """The supervisor reported the tree empty, or is gone: from now on scans alone decide."""
         with self._lock:
