@@ -274,8 +274,10 @@ class Bench:
         concurrency: int,
         settle_s: float = 0.0,
         e2e_per_round: int = 1,
+        nice: int | None = 10,
     ) -> None:
         self.servers = servers
+        self.nice = nice  # dsh's provider config ``nice`` (10 is the default)
         self.root = root
         self.concurrency = concurrency
         self.e2e_per_round = e2e_per_round
@@ -424,7 +426,10 @@ class CodexBench(Bench):
     def dsh_provider(self, slot: str, *, tool: bool = False) -> CodexProvider:
         mode = "dangerously-bypass-approvals-and-sandbox" if tool else "never"
         config = CodexProviderConfig(
-            env=codex_hermetic_env(self._home(slot)), permission_mode=mode, stderr="discard"
+            env=codex_hermetic_env(self._home(slot)),
+            permission_mode=mode,
+            stderr="discard",
+            nice=self.nice,
         )
         return CodexProvider(config)
 
@@ -492,6 +497,7 @@ class ClaudeBench(Bench):
             env=env,
             permission_mode="bypassPermissions" if tool else "dontAsk",
             stderr="discard",
+            nice=self.nice,
         )
         return ClaudeCodeProvider(config)
 
@@ -673,6 +679,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         metavar="N",
         help="only the warm-start measurement (prewarm.py) with prewarm = N (default 1)",
     )
+    parser.add_argument(
+        "--nice",
+        type=lambda text: None if text == "none" else int(text),
+        default=10,
+        help="dsh's product niceness (provider config nice; default 10, 'none' to inherit)",
+    )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write JSON")
     parser.add_argument("--no-table", action="store_true", help="write JSON only")
     parser.add_argument("--ray", action="store_true", help="then run ray_executor.py's benchmark")
@@ -706,7 +718,9 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     try:
         for product in args.products:
             cls = CodexBench if product == "codex" else ClaudeBench
-            benches[product] = cls(servers, root, args.concurrency, args.settle, args.e2e_per_round)
+            benches[product] = cls(
+                servers, root, args.concurrency, args.settle, args.e2e_per_round, args.nice
+            )
             results[product] = Results()
         for round_no in range(args.warmup + args.runs):
             record = round_no >= args.warmup
@@ -738,6 +752,7 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             "concurrency": args.concurrency,
             "e2e_per_round": args.e2e_per_round,
             "settle_s": args.settle,
+            "nice": args.nice,
             "variants": list(variants),
             "cpus": os.cpu_count(),
             "load_before": load_before,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from pathlib import Path
 
 import pydantic
@@ -12,6 +14,7 @@ from dsh.subagent_claude_code import (
     CLAUDE_CREDENTIAL_ENV,
     ClaudeCodeProvider,
     ClaudeCodeProviderConfig,
+    _env,
 )
 from dsh.subagent_claude_code._command import child_env_overlay
 from dsh.subagent_claude_code._env import make_run_dir, tool_env_script
@@ -111,3 +114,35 @@ def test_doctor_names_credential_sources_never_values(
     assert "sk-secret-value" not in repr(provider.doctor())
     assert str(tmp_path) not in repr(provider.doctor())
     assert provider.forwarded_env_names() == ("ANTHROPIC_API_KEY",)
+
+
+def _gone(path: str) -> bool:
+    return not Path(path).exists()
+
+
+async def test_a_run_dir_made_for_a_cancelled_start_is_removed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    release = threading.Event()
+    made: list[str] = []
+    real = _env.make_run_dir
+
+    def slow(config: ClaudeCodeProviderConfig) -> tuple[str, str]:
+        release.wait(10)
+        run_dir, script = real(config)
+        made.append(run_dir)
+        return run_dir, script
+
+    monkeypatch.setattr(_env, "make_run_dir", slow)
+    making = asyncio.ensure_future(_env.make_run_dir_off_loop(ClaudeCodeProviderConfig()))
+    await asyncio.sleep(0.05)
+    making.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await making
+    release.set()  # the thread makes the dir only now, after its caller is gone
+    for _ in range(1000):
+        if made and _gone(made[0]):
+            break
+        await asyncio.sleep(0.01)
+    assert made, "the worker thread never made the dir"
+    assert _gone(made[0])

@@ -354,8 +354,14 @@ async def test_cancelled_start_leaves_no_cli_and_makes_no_model_request(
     monkeypatch.setattr(SubprocessRuntime, "spawn", spawn_spy)
     server.queue_stall()
     start = asyncio.ensure_future(make_provider().start(make_request("never asked", workspace)))
-    for _ in range(steps):
-        await asyncio.sleep(0)
+    if steps:
+        # The run dir is made in a worker thread first: cancel once the spawn has begun, then
+        # ``steps - 1`` loop steps later (bounded: at most 5 s).
+        deadline = time.monotonic() + 5
+        while not spawned and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.001)
+        for _ in range(steps - 1):
+            await asyncio.sleep(0)
     began = time.monotonic()
     start.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -16,7 +16,11 @@ from dsh.subagent_claude_code._command import (
     cli_argv,
     run_dir_overlay,
 )
-from dsh.subagent_claude_code._env import CLAUDE_CONFIG_DIR_ENV, forwarding, make_run_dir
+from dsh.subagent_claude_code._env import (
+    CLAUDE_CONFIG_DIR_ENV,
+    forwarding,
+    make_run_dir_off_loop,
+)
 from dsh.subagent_claude_code._mapping import PRODUCT
 from dsh.subagent_claude_code._run import PREFIX, ClaudeCodeRun, StartupExit
 from dsh.subagent_claude_code._warm import WarmClaudeCode
@@ -99,11 +103,13 @@ class ClaudeCodeProvider(ProviderBase[ClaudeCodeProviderConfig]):
         """
         await self._warm.aclose()
 
-    def _new_run(self, cwd: str, argv: list[str], env: dict[str, str | None]) -> ClaudeCodeRun:
+    async def _new_run(
+        self, cwd: str, argv: list[str], env: dict[str, str | None]
+    ) -> ClaudeCodeRun:
         """A run (not yet spawned) for ``argv`` in ``cwd``, with its own run dir."""
         # One run-owned dir (removed with the run): the private TMPDIR when enabled, and always
         # the home of the Bash-tool env script.
-        run_dir, env_file = make_run_dir(self.config)
+        run_dir, env_file = await make_run_dir_off_loop(self.config)
         tmp_dir = run_dir if self.config.private_tmp else None
         spec = SpawnSpec(
             argv=argv,
@@ -119,7 +125,7 @@ class ClaudeCodeProvider(ProviderBase[ClaudeCodeProviderConfig]):
 
     async def _start_cold(self, cwd: str, argv: list[str], texts: Sequence[str]) -> ClaudeCodeRun:
         env = child_env_overlay(self.config, cwd=cwd, tmp_dir=None, env_file=None)
-        run = self._new_run(cwd, argv, env)
+        run = await self._new_run(cwd, argv, env)
         try:
             await run.spawn()
         except BaseException as error:

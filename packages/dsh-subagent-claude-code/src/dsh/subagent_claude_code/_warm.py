@@ -26,7 +26,7 @@ __all__ = ["WarmClaudeCode"]
 _log = logging.getLogger("dsh.subagent_claude_code")
 
 _Key = tuple[str, tuple[str, ...], tuple[tuple[str, str | None], ...]]
-NewRun = Callable[[str, list[str], dict[str, str | None]], ClaudeCodeRun]
+NewRun = Callable[[str, list[str], dict[str, str | None]], Awaitable[ClaudeCodeRun]]
 Rollback = Callable[[ClaudeCodeRun, BaseException], Awaitable[None]]
 
 
@@ -91,7 +91,7 @@ class WarmClaudeCode:
     async def _make(self, key: Hashable) -> ClaudeCodeRun:
         assert isinstance(key, tuple)
         cwd, argv, env = key
-        run = self._new_run(cwd, list(argv), dict(env))
+        run = await self._new_run(cwd, list(argv), dict(env))
         try:
             await run.spawn()
             await run.preinitialize()
