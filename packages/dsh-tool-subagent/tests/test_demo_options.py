@@ -3,8 +3,11 @@ the demo's tag walk of ``/proc``."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import io
 import sys
+import tomllib
 
 import pytest
 from rich.console import Console
@@ -13,6 +16,7 @@ from dsh.subprocess import SpawnSpec, default_runtime
 from dsh.tool_subagent import _demo
 from dsh.tool_subagent._cli import main as cli_main
 from dsh.tool_subagent._demo_jobs import DemoOptionError, demo_jobs
+from dsh.tool_subagent._demo_serve import END_OF_PROFILE, serve
 from dsh.tool_subagent._demo_walk import RUN_ENV, new_run_tag, tagged, tagged_marked_processes
 
 
@@ -85,3 +89,24 @@ async def test_the_tag_walk_finds_marked_processes_carrying_the_tag_only() -> No
         await mine.aclose()
         await theirs.aclose()
     assert tagged_marked_processes(tag) == []
+
+
+async def test_serve_prints_the_jobs_table_of_the_options() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    jobs = demo_jobs(executor="ray", address="auto", max_runs_per_node=3).table
+    server = asyncio.create_task(serve([], out, err, jobs=jobs))
+    try:
+        async with asyncio.timeout(10):
+            while END_OF_PROFILE not in out.getvalue():  # noqa: ASYNC110 - bounded poll
+                await asyncio.sleep(0.01)
+    finally:
+        server.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await server
+    profile = tomllib.loads(out.getvalue())
+    assert profile["jobs"] == {
+        "max_concurrent_jobs_per_owner": 10,
+        "executor": "ray",
+        "address": "auto",
+        "max_runs_per_node": 3,
+    }
