@@ -2,8 +2,8 @@
 
 The demo runs as a program, a Ray driver of its own (``address = "auto"`` through
 ``RAY_ADDRESS``). While it runs, this test samples the processes carrying a dsh tree marker
-below each node's raylet (its own walk of ``/proc``), so it sees the background jobs' products
-run on the worker nodes, not in the demo process. Every row must be the local demo's, the
+below each node's raylet (``RayKit.nodes_running_marked``), so it sees the background jobs'
+products run on the worker nodes, not in the demo process. Every row must behave as expected, the
 cancel rows' counts must see the worker's products mid-turn and none after, and nothing marked
 may be left on any node when it exits.
 """
@@ -13,10 +13,8 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
-import threading
 from typing import Any
 
-import psutil
 import pytest
 
 from dsh.subprocess import Collect, SpawnSpec, default_runtime, marked_processes
@@ -50,39 +48,6 @@ def table_rows(text: str, rule: str) -> list[list[str]]:
     return [[c.strip() for c in line.split(rule)[1:-1]] for line in lines if line.startswith(rule)]
 
 
-class NodeSampler:
-    """Samples, in a thread, which nodes' raylets have marked processes below them."""
-
-    def __init__(self, ray_kit: Any) -> None:
-        self.kit = ray_kit
-        self.nodes: set[str] = set()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self) -> None:
-        nodes = [self.kit.cluster.head_node, *self.kit.workers]
-        raylets = {
-            info.process.pid: node.node_id
-            for node in nodes
-            for info in node.all_processes.get("raylet", [])
-        }
-        while not self.stop.wait(0.05):
-            for pid in marked_processes():
-                try:
-                    parents = psutil.Process(pid).parents()
-                except psutil.Error:
-                    continue
-                self.nodes.update(raylets[p.pid] for p in parents if p.pid in raylets)
-
-    def __enter__(self) -> NodeSampler:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        self.thread.join(5)
-
-
 async def test_dsh_demo_runs_its_background_jobs_on_the_cluster_and_leaves_nothing(
     ray_kit: Any,
 ) -> None:
@@ -94,7 +59,7 @@ async def test_dsh_demo_runs_its_background_jobs_on_the_cluster_and_leaves_nothi
         stdout=Collect(1 << 16),
         stderr=Collect(1 << 16),
     )
-    with NodeSampler(ray_kit) as sampler:
+    with ray_kit.nodes_running_marked() as nodes:
         process = await default_runtime().spawn(spec)
         try:
             async with asyncio.timeout(200):
@@ -113,7 +78,7 @@ async def test_dsh_demo_runs_its_background_jobs_on_the_cluster_and_leaves_nothi
     assert lines[-2].startswith("All 8 scenarios behaved as expected in "), lines[-2]
     assert lines[-1] == NOTE
     # The background jobs' products ran below a worker node's raylet (the head runs no job).
-    assert sampler.nodes, "no marked process was ever seen below a raylet"
-    assert sampler.nodes <= {node.node_id for node in ray_kit.workers}
+    assert nodes, "no marked process was ever seen below a raylet"
+    assert nodes <= {node.node_id for node in ray_kit.workers}
     ray_kit.assert_no_marked()
     assert await asyncio.to_thread(marked_processes, owner_pid=process.pid) == []
