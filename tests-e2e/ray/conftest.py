@@ -13,9 +13,12 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import socket
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +79,12 @@ def _ancestors(pid: int) -> set[int]:
     return found
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((LOOPBACK, 0))
+        return int(probe.getsockname()[1])
+
+
 @dataclass
 class RayKit:
     """The cluster and the checks the Ray tests share."""
@@ -83,6 +92,8 @@ class RayKit:
     cluster: Cluster
     temp_dir: Path
     token: str
+    #: The head's Ray Client server (``ray://127.0.0.1:<client_port>``).
+    client_port: int
     workers: list[Any] = field(default_factory=list)
     canary_env: str = CANARY_ENV
     canary: str = CANARY
@@ -91,6 +102,16 @@ class RayKit:
     @property
     def address(self) -> str:
         return str(self.cluster.address)
+
+    @property
+    def client_address(self) -> str:
+        return f"ray://{LOOPBACK}:{self.client_port}"
+
+    def client_servers(self) -> set[str]:
+        """The log files of the servers the head's Ray Client server started, one per client
+        connection (``ray_client_server_<port>.err``)."""
+        logs = self.temp_dir / "ray" / "session_latest" / "logs"
+        return {path.name for path in logs.glob("ray_client_server_*.err")}
 
     def driver_env(self) -> dict[str, str]:
         """What a ``dsh`` command needs to be a driver of this cluster (``address = "auto"``)."""
@@ -131,6 +152,31 @@ class RayKit:
             if gone or _ancestors(int(owner)) & raylets:
                 found.append(pid)
         return sorted(found)
+
+    @contextmanager
+    def nodes_running_marked(self) -> Iterator[set[str]]:
+        """While inside, samples (in a thread, every 50 ms) the nodes with a marked process below
+        their raylet; yields the set of their node ids, complete once the block has ended."""
+        raylets = {
+            pid: node.node_id
+            for node in [self.cluster.head_node, *self.workers]
+            for pid in _raylet_pids(node)
+        }
+        nodes: set[str] = set()
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(0.05):
+                for pid in marked_processes():
+                    nodes.update(raylets[p] for p in _ancestors(pid) if p in raylets)
+
+        thread = threading.Thread(target=sample, daemon=True)
+        thread.start()
+        try:
+            yield nodes
+        finally:
+            stop.set()
+            thread.join(5)
 
     def assert_no_marked(self, settle_s: float = 5.0) -> None:
         deadline = time.monotonic() + settle_s
@@ -203,9 +249,17 @@ def ray_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayKit]:
     monkeypatch = pytest.MonkeyPatch()
     monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", False)  # read at import, like above
     (temp_dir / "ray").mkdir()
-    head = {"num_cpus": 1, "include_dashboard": False, "temp_dir": str(temp_dir / "ray")}
-    cluster = Cluster(initialize_head=True, head_node_args={**head, "node_ip_address": LOOPBACK})
-    kit = RayKit(cluster=cluster, temp_dir=temp_dir, token=token)
+    client_port = _free_port()
+    head = {
+        "num_cpus": 1,
+        "include_dashboard": False,
+        "temp_dir": str(temp_dir / "ray"),
+        "node_ip_address": LOOPBACK,
+        # The head's Ray Client server (bound to the node address), for address = "ray://...".
+        "ray_client_server_port": client_port,
+    }
+    cluster = Cluster(initialize_head=True, head_node_args=head)
+    kit = RayKit(cluster=cluster, temp_dir=temp_dir, token=token, client_port=client_port)
     try:
         for _ in range(2):
             kit.add_worker()

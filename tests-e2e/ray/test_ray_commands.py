@@ -38,23 +38,23 @@ def toml_value(value: Any) -> str:
     return "{ " + ", ".join(items) + " }"
 
 
-def write_profile(setup: Any, path: Path) -> Path:
-    jobs = {"executor": "ray", "address": "auto", "max_runs_per_node": setup.runs_per_node}
+def write_profile(setup: Any, path: Path, address: str = "auto") -> Path:
+    jobs = {"executor": "ray", "address": address, "max_runs_per_node": setup.runs_per_node}
     table = {**setup.profile, "jobs": jobs}
     path.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in table.items()), "utf-8")
     return path
 
 
-async def test_dsh_run_background_runs_the_job_on_a_worker_node(
-    setup: Any, ray_kit: Any, tmp_path: Path
-) -> None:
-    profile = write_profile(setup, tmp_path / "profile.toml")
+async def dsh_run_background(
+    setup: Any, env: dict[str, str], profile: Path, task: str
+) -> tuple[int | None, str, str]:
+    """``dsh run --background`` of ``task`` with Codex: (exit code, stdout, stderr)."""
     argv = [str(DSH), "run", "--background", "--profile", str(profile)]
-    argv += ["--cwd", str(setup.workspace), "--tool", "subagent_codex", "cli on ray"]
+    argv += ["--cwd", str(setup.workspace), "--tool", "subagent_codex", task]
     spec = SpawnSpec(
         argv=argv,
         cwd=str(setup.workspace),
-        env=ray_kit.driver_env(),
+        env=env,
         stdout=Collect(1 << 16),
         stderr=Collect(1 << 16),
     )
@@ -64,12 +64,45 @@ async def test_dsh_run_background_runs_the_job_on_a_worker_node(
             outcome = await process.wait()
     finally:
         await process.aclose()
-    stderr = process.collected("stderr").text
-    assert outcome.exit_code == 0, stderr
-    assert process.collected("stdout").text == "codex says: cli on ray\n"
+    stdout, stderr = process.collected("stdout").text, process.collected("stderr").text
+    return outcome.exit_code, stdout, stderr
+
+
+async def test_dsh_run_background_runs_the_job_on_a_worker_node(
+    setup: Any, ray_kit: Any, tmp_path: Path
+) -> None:
+    profile = write_profile(setup, tmp_path / "profile.toml")
+    code, stdout, stderr = await dsh_run_background(
+        setup, ray_kit.driver_env(), profile, "cli on ray"
+    )
+    assert code == 0, stderr
+    assert stdout == "codex says: cli on ray\n"
     assert "started background subagent job subagent-1" in stderr
     (request,) = [r for r in setup.codex.requests if r.task == "cli on ray"]
     assert request.headers["authorization"] == f"Bearer {ray_kit.canary}"
+
+
+async def test_a_ray_client_address_runs_the_job_on_a_worker_node(
+    setup: Any, ray_kit: Any, tmp_path: Path
+) -> None:
+    """``address = "ray://127.0.0.1:<port>"``: the command is a Ray Client of the head's client
+    server, and the job still runs on a worker node. It has no ``RAY_ADDRESS`` and a
+    ``RAY_TMPDIR`` of its own, so nothing but that address can lead it to the cluster."""
+    profile = write_profile(setup, tmp_path / "profile.toml", address=ray_kit.client_address)
+    (tmp_path / "client-tmp").mkdir()
+    env = {**ray_kit.driver_env(), "RAY_TMPDIR": str(tmp_path / "client-tmp")}
+    del env["RAY_ADDRESS"]
+    servers_before = ray_kit.client_servers()
+    with ray_kit.nodes_running_marked() as nodes:
+        code, stdout, stderr = await dsh_run_background(setup, env, profile, "ray client")
+    assert code == 0, stderr
+    assert stdout == "codex says: ray client\n"
+    (request,) = [r for r in setup.codex.requests if r.task == "ray client"]
+    assert request.headers["authorization"] == f"Bearer {ray_kit.canary}"
+    assert nodes, "the product never ran below a raylet"
+    assert nodes <= {node.node_id for node in ray_kit.workers}
+    # The head's client server started a server of its own for this client (its log file).
+    assert len(ray_kit.client_servers() - servers_before) == 1
 
 
 async def test_dsh_mcp_serves_background_jobs_run_on_the_cluster(

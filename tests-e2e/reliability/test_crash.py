@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from dsh.subagent_claude_code._run_dirs import sweep_lost_run_dirs
 from dsh.subagent_codex.testing import FunctionCallItem, Reply, Stall
 from dsh.subprocess import Collect, ManagedProcess, SpawnSpec, default_runtime
 
@@ -127,9 +128,12 @@ async def test_claude_code_tree_of_a_killed_host_is_reaped(
     )
     await _crash_and_reap(kit, host, None, lambda: len(claude.server.requests) >= 1, supervised)
     assert len(claude.server.requests) >= 1
-    # Known limit: the dead host's private tmp stays (reap_orphans kills processes only).
+    # reap_orphans kills processes only: the dead host's run dir stays until a later provider
+    # start sweeps the run dirs of dead owners (its name says whose it is).
     left = list((tmp_path / "host-tmp").iterdir())
-    assert [p.name.startswith("dsh-claude-") for p in left] == [True]
+    assert [p.name.startswith(f"dsh-claude-{host.pid}-") for p in left] == [True]
+    assert sweep_lost_run_dirs(tmp_path / "host-tmp") == [left[0].name]
+    assert list((tmp_path / "host-tmp").iterdir()) == []
 
 
 @pytest.mark.parametrize("supervised", MODES)

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import shlex
 import shutil
 import tempfile
 from pathlib import Path
 
+from dsh.subagent_claude_code._run_dirs import run_dir_prefix
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
 from dsh.subprocess import EnvForwarding
 
@@ -61,10 +61,12 @@ def tool_env_script(config: ClaudeCodeProviderConfig) -> str:
 def make_run_dir(config: ClaudeCodeProviderConfig) -> tuple[str, str]:
     """A fresh run-owned dir holding the ``CLAUDE_ENV_FILE`` script: ``(dir, script path)``.
 
+    Its name tells its owner (``_run_dirs``), so a dir a killed owner left is swept later.
+
     The script is read-only, so a tool writing into ``$TMPDIR`` does not replace it by accident
     (the same user can still change it on purpose; see the provider page's limits).
     """
-    run_dir = tempfile.mkdtemp(prefix=f"dsh-claude-{os.getpid()}-")
+    run_dir = tempfile.mkdtemp(prefix=run_dir_prefix())
     script = Path(run_dir) / ENV_FILE_NAME
     script.write_text(tool_env_script(config), encoding="utf-8")
     script.chmod(0o400)

@@ -23,6 +23,7 @@ from dsh.subagent_claude_code._env import (
 )
 from dsh.subagent_claude_code._mapping import PRODUCT
 from dsh.subagent_claude_code._run import PREFIX, ClaudeCodeRun, StartupExit
+from dsh.subagent_claude_code._run_dirs import sweep_lost_run_dirs_once
 from dsh.subagent_claude_code._warm import WarmClaudeCode
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
 from dsh.subprocess import SpawnSpec, SubprocessRuntime, default_runtime, reap_orphans_once
@@ -86,6 +87,7 @@ class ClaudeCodeProvider(ProviderBase[ClaudeCodeProviderConfig]):
     async def start(self, request: ResolvedStartRequest) -> ClaudeCodeRun:
         cwd, texts = check_one_shot_request(request, prefix=PREFIX, unusable_cwd=_start_failure)
         await reap_orphans_once()
+        sweep_lost_run_dirs_once()  # the run dirs dead owners left (a SIGKILLed host, say)
         argv = self._argv()
         if self.config.prewarm <= 0:
             return await self._start_cold(cwd, argv, texts)

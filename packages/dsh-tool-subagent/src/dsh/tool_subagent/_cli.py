@@ -241,6 +241,21 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="start the loopback model servers, print a profile for them, serve until stopped",
     )
+    demo.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        help="where background jobs run, as the profile's [jobs] executor (default: local)",
+    )
+    demo.add_argument(
+        "--address",
+        help='the Ray cluster, as [jobs] address: "auto", "ray://HOST:PORT" or "HOST:PORT"',
+    )
+    demo.add_argument(
+        "--max-runs-per-node",
+        type=int,
+        metavar="N",
+        help="at most N jobs at once on each Ray node, as [jobs] max_runs_per_node",
+    )
     mcp = sub.add_parser("mcp", help="serve the harness tools over MCP stdio")
     mcp.add_argument("--profile", metavar="PROFILE", help=_PROFILE_HELP)
     mcp.add_argument("--cwd", help="working directory for the subagents (default: current)")
@@ -269,7 +284,14 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo":
         from dsh.tool_subagent import _demo
 
-        return int(_demo.main(serve=args.serve))
+        return int(
+            _demo.main(
+                serve=args.serve,
+                executor=args.executor,
+                address=args.address,
+                max_runs_per_node=args.max_runs_per_node,
+            )
+        )
     if args.command == "mcp":
         from dsh.tool_subagent import _mcp
 

@@ -11,6 +11,11 @@ Independent scenarios (answers, background jobs, failures) run concurrently; the
 scenarios run one at a time afterwards so each can prove that no process of its own is left. The
 result is one table (scenario, product, outcome, time) and a one-line summary; :func:`main`
 returns 0 only if every scenario behaved exactly as expected.
+
+``--executor ray`` (``_demo_jobs``) runs the background jobs on a Ray cluster instead. The
+process checks then cannot rely on the demo's own pid (a Ray worker spawns those products), so
+every count is also an own walk of ``/proc`` for processes carrying dsh's tree marker and the
+demo run's tag (``_demo_walk``).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dsh.subagent import installed_provider_kinds
+from dsh.tool_subagent._demo_jobs import DemoJobs, DemoOptionError, demo_jobs
 from dsh.tool_subagent._demo_plans import (
     InstalledPlan,
     demo_profile,
@@ -37,6 +43,7 @@ from dsh.tool_subagent._demo_plans import (
     missing_providers,
 )
 from dsh.tool_subagent._demo_scenarios import Scenario, Stage, scenario_phases
+from dsh.tool_subagent._demo_walk import new_run_tag, tagged, tagged_marked_processes
 from dsh.tool_subagent._harness import Harness, default_tool_name
 from dsh.tool_subagent._signals import exit_code_on_signal
 from dsh.tool_subagent._tool import Caller
@@ -56,9 +63,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("dsh.tool_subagent")
-
-#: Each scenario is bounded; at most four phases run one after another.
-SCENARIO_TIMEOUT_S = 12.0
 
 
 def _listed(products: Sequence[str]) -> str:
@@ -95,6 +99,8 @@ class DemoReport:
     leftover: int = 0
     #: What a partial install lacks (the demo ran the installed half).
     note: str | None = None
+    #: Where the background jobs ran and what the checks could see, when not in this process.
+    executor_note: str | None = None
 
     @property
     def products(self) -> tuple[str, ...]:
@@ -137,45 +143,51 @@ class DemoReport:
         return text + ". Run `dsh doctor` to check the installed products."
 
 
-async def _timed(stage: Stage, scenario: Scenario) -> Row:
+async def _timed(stage: Stage, scenario: Scenario, limit_s: float) -> Row:
     name, product, body = scenario
     began = time.monotonic()
     try:
-        async with asyncio.timeout(SCENARIO_TIMEOUT_S):
+        async with asyncio.timeout(limit_s):
             ok, outcome = await body(stage)
     except TimeoutError:
-        ok, outcome = False, f"did not finish within {SCENARIO_TIMEOUT_S:.0f} s"
+        ok, outcome = False, f"did not finish within {limit_s:.0f} s"
     except Exception as exc:
         logger.debug("demo scenario %r failed", name, exc_info=exc)
         ok, outcome = False, f"raised {type(exc).__name__}"
     return Row(name, product, outcome, time.monotonic() - began, ok)
 
 
-def _leftover(plans: Sequence[InstalledPlan]) -> list[int]:
-    """Pids any installed plan finds still alive that this process started (blocking briefly)."""
-    return sorted({pid for p in plans for pid in p.plan.leftover_processes(os.getpid())})
+def _leftover(plans: Sequence[InstalledPlan], tag: str) -> list[int]:
+    """Pids of the demo's product processes still alive (blocking briefly): those any installed
+    plan finds that this process started, and those the walk finds carrying the run's tag (a
+    Ray worker's spawns included)."""
+    found = {pid for p in plans for pid in p.plan.leftover_processes(os.getpid())}
+    return sorted(found | set(tagged_marked_processes(tag)))
 
 
-async def _run_scenarios(root: Path, plans: Sequence[InstalledPlan]) -> list[Row]:
+async def _run_scenarios(
+    root: Path, plans: Sequence[InstalledPlan], jobs: DemoJobs, tag: str
+) -> list[Row]:
     workspace = root / "workspace"
     workspace.mkdir()
     async with AsyncExitStack() as stack:
         models = {
             p.plan.product: await stack.enter_async_context(p.plan.model(root)) for p in plans
         }
-        configs = [(p.kind, models[p.plan.product].provider_config()) for p in plans]
-        async with Harness.from_profile(demo_profile(configs)) as harness:
+        configs = [(p.kind, tagged(models[p.plan.product].provider_config(), tag)) for p in plans]
+        async with Harness.from_profile(demo_profile(configs, jobs.table)) as harness:
             stage = Stage(
                 harness=harness,
                 caller=Caller(session_id="dsh-demo", cwd=str(workspace)),
                 models=models,
                 tools={p.plan.product: default_tool_name(p.kind) for p in plans},
-                leftover=lambda: _leftover(plans),
+                leftover=lambda: _leftover(plans, tag),
+                wait_s=jobs.wait_s,
             )
             rows: list[Row] = []
             for phase in scenario_phases([(p.plan.product, p.plan.scenarios) for p in plans]):
                 async with asyncio.TaskGroup() as group:
-                    tasks = [group.create_task(_timed(stage, s)) for s in phase]
+                    tasks = [group.create_task(_timed(stage, s, jobs.scenario_s)) for s in phase]
                 rows.extend(task.result() for task in tasks)
     return rows
 
@@ -193,20 +205,28 @@ def _plans() -> tuple[list[InstalledPlan], str | None, str | None]:
     return plans, None, note
 
 
-async def run_demo() -> DemoReport:
-    """Run every scenario and return the report (prints nothing)."""
+async def run_demo(jobs: DemoJobs | None = None) -> DemoReport:
+    """Run every scenario and return the report (prints nothing).
+
+    ``jobs`` says where background jobs run (:func:`~dsh.tool_subagent._demo_jobs.demo_jobs`;
+    by default in this process).
+    """
     began = time.monotonic()
+    jobs = jobs if jobs is not None else demo_jobs()
     plans, problem, note = _plans()
     if problem is not None:
         return DemoReport((), time.monotonic() - began, problem=problem)
+    tag = new_run_tag()
     root = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="dsh-demo-"))
     try:
-        rows = await _run_scenarios(root, plans)
+        rows = await _run_scenarios(root, plans, jobs, tag)
     finally:
         await asyncio.to_thread(shutil.rmtree, root, ignore_errors=True)
-    leftover = await asyncio.to_thread(_leftover, plans)
+    leftover = await asyncio.to_thread(_leftover, plans, tag)
     seconds = time.monotonic() - began
-    return DemoReport(tuple(rows), seconds, leftover=len(leftover), note=note)
+    return DemoReport(
+        tuple(rows), seconds, leftover=len(leftover), note=note, executor_note=jobs.note
+    )
 
 
 def render(report: DemoReport, console: Console) -> None:
@@ -225,39 +245,57 @@ def render(report: DemoReport, console: Console) -> None:
         console.print(table, highlight=False)
     style = "bold green" if report.ok else "bold red"
     console.print(report.summary, style=style, soft_wrap=True, highlight=False, markup=False)
-    if report.note is not None:
-        console.print(report.note, style="yellow", soft_wrap=True, highlight=False, markup=False)
+    for note in (report.executor_note, report.note):
+        if note is not None:
+            console.print(note, style="yellow", soft_wrap=True, highlight=False, markup=False)
 
 
-def _serve(plans: Sequence[InstalledPlan], note: str | None, err: Console) -> int:
+def _serve(plans: Sequence[InstalledPlan], note: str | None, err: Console, jobs: DemoJobs) -> int:
     from dsh.tool_subagent._demo_serve import serve
 
     if note is not None:
         err.print(note, style="yellow", soft_wrap=True, highlight=False, markup=False)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(exit_code_on_signal(lambda: serve(plans)))
+        asyncio.run(exit_code_on_signal(lambda: serve(plans, jobs=jobs.table)))
     # Ctrl-C, SIGTERM and SIGHUP are the way to stop a server: the servers are down by now.
     err.print("dsh demo --serve: stopped", style="bold", highlight=False)
     return 0
 
 
-def main(console: Console | None = None, *, serve: bool = False) -> int:
+def main(
+    console: Console | None = None,
+    *,
+    serve: bool = False,
+    executor: str | None = None,
+    address: str | None = None,
+    max_runs_per_node: int | None = None,
+) -> int:
     """``dsh demo``: run, print the table and summary, return the exit code (0 only if all ok).
 
-    ``serve``: keep the loopback model servers up for ``dsh run`` / ``dsh mcp`` instead.
+    ``serve``: keep the loopback model servers up for ``dsh run`` / ``dsh mcp`` instead (the
+    printed profile then carries the ``[jobs]`` table of the options). ``executor``,
+    ``address`` and ``max_runs_per_node`` are the ``[jobs]`` keys of the same names; a bad one
+    is reported (exit 2) before anything starts.
     """
     from rich.console import Console
 
     out = console if console is not None else Console()
     err = Console(stderr=True) if console is None else out
+    try:
+        jobs = demo_jobs(executor, address, max_runs_per_node)
+    except DemoOptionError as exc:
+        err.print(
+            f"dsh demo: {exc}", style="bold red", soft_wrap=True, highlight=False, markup=False
+        )
+        return 2
     if serve:
         plans, problem, note = _plans()
         if problem is None:
-            return _serve(plans, note, err)
+            return _serve(plans, note, err, jobs)
     reports: list[DemoReport] = []
 
     async def demo() -> int:
-        reports.append(await run_demo())
+        reports.append(await run_demo(jobs))
         return 0
 
     try:

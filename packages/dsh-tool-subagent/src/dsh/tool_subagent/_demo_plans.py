@@ -14,6 +14,7 @@ from importlib import metadata
 from typing import Any
 
 from dsh.subagent import PROVIDER_ENTRY_POINT_GROUP, DemoPlan
+from dsh.tool_subagent._demo_jobs import LOCAL_JOBS
 from dsh.tool_subagent._known_providers import KNOWN_PROVIDERS
 
 __all__ = ["BROKEN", "InstalledPlan", "demo_profile", "installed_plans", "missing_providers"]
@@ -83,11 +84,14 @@ def installed_plans(kinds: Iterable[str]) -> list[InstalledPlan]:
     return plans
 
 
-def demo_profile(configs: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
-    """The demo's profile: each (kind, plan config) as a provider, with the demo's common fields."""
+def demo_profile(
+    configs: Sequence[tuple[str, Mapping[str, Any]]], jobs: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The demo's profile: each (kind, plan config) as a provider, with the demo's common fields,
+    and its ``[jobs]`` table (``dsh demo --executor``; by default local, 10 jobs per owner)."""
     return {
         "provider": [
             {"kind": kind, "config": {**config, **_COMMON_CONFIG}} for kind, config in configs
         ],
-        "jobs": {"max_concurrent_jobs_per_owner": 10},
+        "jobs": dict(jobs if jobs is not None else LOCAL_JOBS),
     }

@@ -49,7 +49,8 @@ class Stage:
     """What every scenario shares: the harness, the calling session and each product's model.
 
     ``models`` and ``tools`` map a product to its scripted loopback model and the name of its
-    delegation tool; ``leftover()`` lists the processes the installed plans find still alive.
+    delegation tool; ``leftover()`` lists the demo's product processes still alive (wherever
+    they were spawned on this machine). ``wait_s`` bounds each wait on a model or a job.
     """
 
     harness: Harness
@@ -57,6 +58,7 @@ class Stage:
     models: dict[str, DemoModel]
     tools: dict[str, str]
     leftover: Callable[[], list[int]]
+    wait_s: float = WAIT_S
 
     async def call(self, product: str, arguments: dict[str, Any]) -> Any:
         return await self.harness.tool(self.tools[product]).call(arguments, self.caller)
@@ -71,7 +73,7 @@ class Stage:
     async def request_seen(self, product: str, token: str) -> None:
         """Wait (bounded) until the product's request for ``token`` reached its model server."""
         tasks = self.models[product].tasks_seen
-        async with asyncio.timeout(WAIT_S):
+        async with asyncio.timeout(self.wait_s):
             while not any(token in task for task in tasks()):  # noqa: ASYNC110 - bounded poll
                 await asyncio.sleep(_POLL_S)
 
@@ -116,7 +118,7 @@ def background(product: str) -> Callable[[Stage], Awaitable[tuple[bool, str]]]:
             return _unexpected("started background subagent job <id>", started.text)
         job_id = started.value["job_id"]
         read = await stage.job_tool(
-            "job_output", {"job_id": job_id, "wait": True, "timeout_ms": WAIT_S * 1000}
+            "job_output", {"job_id": job_id, "wait": True, "timeout_ms": stage.wait_s * 1000}
         )
         expected = f"{answer}\n[status: completed]"
         if read.is_error or read.text != expected:
@@ -154,7 +156,7 @@ async def cancel_with_job_kill(stage: Stage, product: str) -> tuple[bool, str]:
     if killed.text != f"requested cancellation of job {job_id}":
         return _unexpected(f"requested cancellation of job {job_id}", killed.text)
     read = await stage.job_tool(
-        "job_output", {"job_id": job_id, "wait": True, "timeout_ms": WAIT_S * 1000}
+        "job_output", {"job_id": job_id, "wait": True, "timeout_ms": stage.wait_s * 1000}
     )
     expected = f"(no new output)\n[status: killed, {KILL_REASON}]"
     if read.text != expected:

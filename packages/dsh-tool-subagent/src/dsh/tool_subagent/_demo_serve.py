@@ -72,9 +72,16 @@ def to_toml(data: Mapping[str, Any]) -> str:
 
 
 async def serve(
-    plans: Sequence[InstalledPlan], out: TextIO | None = None, err: TextIO | None = None
+    plans: Sequence[InstalledPlan],
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    *,
+    jobs: Mapping[str, Any] | None = None,
 ) -> int:
-    """Serve until cancelled; the servers stop and the directory goes before this returns."""
+    """Serve until cancelled; the servers stop and the directory goes before this returns.
+
+    ``jobs`` is the printed profile's ``[jobs]`` table (``dsh demo --serve --executor ray``).
+    """
     from dsh.tool_subagent._demo_plans import demo_profile
 
     out = out if out is not None else sys.stdout
@@ -83,7 +90,7 @@ async def serve(
     try:
         async with AsyncExitStack() as stack:
             configs = [(p.kind, await stack.enter_async_context(p.plan.serve(root))) for p in plans]
-            text = to_toml(demo_profile(configs))
+            text = to_toml(demo_profile(configs, jobs))
             text += END_OF_PROFILE + "\n"
             path = root / "profile.toml"
             path.write_text(text, encoding="utf-8")
