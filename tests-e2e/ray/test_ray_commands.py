@@ -1,5 +1,8 @@
 """``dsh run --background`` and ``dsh mcp`` with ``[jobs] executor = "ray"``, the REAL products.
 
+``dsh mcp`` is driven twice: by the ``mcp`` SDK's client, and by the real Claude Code CLI as
+its MCP host against a loopback model of its own.
+
 Each command is a Ray driver of its own (``address = "auto"`` through ``RAY_ADDRESS``, the
 cluster's token in its environment); the job runs on a worker node, and the model sees what it
 sees with the local executor.
@@ -10,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,10 @@ import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 
+from dsh.subagent_claude_code._command import bundled_cli
+from dsh.subagent_claude_code.testing import Behaviour, FakeMessagesServer
+from dsh.subagent_claude_code.testing import RecordedRequest as ClaudeRequest
+from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subprocess import Collect, SpawnSpec, default_runtime
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(240)]
@@ -143,3 +151,102 @@ async def call(session: ClientSession, name: str, arguments: dict[str, Any]) -> 
     assert isinstance(block, types.TextContent)
     assert not result.is_error, block.text
     return block.text
+
+
+# ---- a real MCP host: the Claude Code CLI drives ``dsh mcp`` on the Ray executor -----------
+
+NAMESPACE = "mcp__dsh"
+HOST_DONE = "host done"
+
+
+class HostModel:
+    """The host CLI's model: start a background Codex job, poll ``job_list`` until a tool result
+    carries the completion notice, read the job with ``job_output``, then answer."""
+
+    def __init__(self) -> None:
+        self.deadline = time.monotonic() + 150.0
+        self.seen: list[list[str]] = []
+
+    def route(self, request: ClaudeRequest) -> Behaviour | None:
+        results = [
+            _texts(block.get("content"))
+            for message in (request.body or {}).get("messages") or []
+            if message.get("role") == "user" and isinstance(message.get("content"), list)
+            for block in message["content"]
+            if isinstance(block, dict) and block.get("type") == "tool_result"
+        ]
+        self.seen.append(results)
+        if not results:
+            arguments = {"description": "bg job", "prompt": "host job", "run_in_background": True}
+            return self._call("subagent_codex", arguments)
+        if not any("finished [status:" in text for text in results):
+            if time.monotonic() > self.deadline:
+                return Behaviour("text", text=HOST_DONE)
+            time.sleep(0.1)  # the route runs on the loopback server's own thread
+            return self._call("job_list", {})
+        noticed = next(i for i, text in enumerate(results) if "finished [status:" in text)
+        if len(results) == noticed + 1:
+            return self._call("job_output", {"job_id": "subagent-1"})
+        return Behaviour("text", text=HOST_DONE)
+
+    @staticmethod
+    def _call(name: str, arguments: dict[str, Any]) -> Behaviour:
+        return Behaviour("tool_use", tool_name=f"{NAMESPACE}__{name}", tool_input=arguments)
+
+    @property
+    def results(self) -> list[str]:
+        return max(self.seen, key=len, default=[])
+
+
+def _texts(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(str(part.get("text", "")) for part in content or [] if isinstance(part, dict))
+
+
+async def test_claude_code_as_mcp_host_runs_a_background_job_on_the_cluster(
+    setup: Any, ray_kit: Any, tmp_path: Path
+) -> None:
+    profile = write_profile(setup, tmp_path / "profile.toml")
+    server = {
+        "command": str(DSH),
+        "args": ["mcp", "--profile", str(profile), "--cwd", str(setup.workspace)],
+        "env": ray_kit.driver_env(),
+    }
+    mcp_json = tmp_path / "dsh-mcp.json"
+    mcp_json.write_text(json.dumps({"mcpServers": {"dsh": server}}), encoding="utf-8")
+    model = HostModel()
+    with FakeMessagesServer(route=model.route) as host, ray_kit.nodes_running_marked() as nodes:
+        env = claude_env(tmp_path / "host-claude", host.base_url)
+        argv = [str(bundled_cli()), "-p", "delegate it", "--mcp-config", str(mcp_json)]
+        argv += ["--strict-mcp-config", "--permission-mode", "bypassPermissions"]
+        argv += ["--allowedTools", f"{NAMESPACE}__*", "--no-session-persistence"]
+        process = await default_runtime().spawn(
+            SpawnSpec(
+                argv=argv,
+                cwd=str(setup.workspace),
+                env={**env, "IS_SANDBOX": "1"},  # bypassPermissions as root needs it
+                stdout=Collect(1 << 20),
+                stderr=Collect(1 << 20),
+            )
+        )
+        try:
+            with anyio.fail_after(200):
+                outcome = await process.wait()
+        finally:
+            await process.aclose()
+    stderr = process.collected("stderr").text
+    assert outcome.exit_code == 0, stderr[-3000:]
+    assert process.collected("stdout").text.strip() == HOST_DONE, stderr[-3000:]
+    results = model.results
+    assert "started background subagent job subagent-1" in results[0], results
+    notice = (
+        "background job subagent-1 (subagent: bg job) finished [status: completed]."
+        " Read its output with job_output."
+    )
+    assert sum(notice in text for text in results) == 1, results  # in a tool result, once
+    assert "codex says: host job\n[status: completed]" in results[-1], results
+    (request,) = [r for r in setup.codex.requests if r.task == "host job"]
+    assert request.headers["authorization"] == f"Bearer {ray_kit.canary}"
+    assert nodes, "the product never ran below a raylet"
+    assert nodes <= {node.node_id for node in ray_kit.workers}
