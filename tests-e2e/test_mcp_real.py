@@ -582,14 +582,7 @@ def codex_host_route(script: HostScript) -> Callable[[RecordedRequest], Reply | 
 
 def claude_host_route(script: HostScript) -> Callable[[ClaudeRequest], Behaviour | None]:
     def route(request: ClaudeRequest) -> Behaviour | None:
-        results = [
-            _texts(block.get("content"))
-            for message in (request.body or {}).get("messages") or []
-            if message.get("role") == "user" and isinstance(message.get("content"), list)
-            for block in message["content"]
-            if isinstance(block, dict) and block.get("type") == "tool_result"
-        ]
-        call = script.next_call(results)
+        call = script.next_call(request.tool_results)
         if call is None:
             return Behaviour("text", text="host done")
         name, arguments = call

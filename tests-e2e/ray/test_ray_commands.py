@@ -168,13 +168,7 @@ class HostModel:
         self.seen: list[list[str]] = []
 
     def route(self, request: ClaudeRequest) -> Behaviour | None:
-        results = [
-            _texts(block.get("content"))
-            for message in (request.body or {}).get("messages") or []
-            if message.get("role") == "user" and isinstance(message.get("content"), list)
-            for block in message["content"]
-            if isinstance(block, dict) and block.get("type") == "tool_result"
-        ]
+        results = request.tool_results
         self.seen.append(results)
         if not results:
             arguments = {"description": "bg job", "prompt": "host job", "run_in_background": True}
@@ -196,12 +190,6 @@ class HostModel:
     @property
     def results(self) -> list[str]:
         return max(self.seen, key=len, default=[])
-
-
-def _texts(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    return "\n".join(str(part.get("text", "")) for part in content or [] if isinstance(part, dict))
 
 
 async def test_claude_code_as_mcp_host_runs_a_background_job_on_the_cluster(

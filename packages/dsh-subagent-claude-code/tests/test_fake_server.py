@@ -8,7 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dsh.subagent_claude_code.testing import Behaviour, FakeMessagesServer, hermetic_env
+from dsh.subagent_claude_code.testing import (
+    Behaviour,
+    FakeMessagesServer,
+    RecordedRequest,
+    hermetic_env,
+)
 
 
 def _post(
@@ -122,3 +127,23 @@ def test_drop_and_stall_release() -> None:
         assert not stalled_answered
         _, _, raw = _post(server, _body("t", True))
         assert _events(raw)[2]["delta"]["text"] == "fallback"
+
+
+def test_tool_results_are_the_tool_result_texts_in_order() -> None:
+    body = {
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "the task"}]},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "name": "x"}]},
+            {"role": "user", "content": [{"type": "tool_result", "content": "first"}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "content": [{"type": "text", "text": "second"}]},
+                    {"type": "text", "text": "not a result"},
+                ],
+            },
+        ]
+    }
+    request = RecordedRequest("POST", "/v1/messages", "", {}, body, b"")
+    assert request.tool_results == ["first", "second"]
+    assert RecordedRequest("POST", "/v1/messages", "", {}, None, b"").tool_results == []

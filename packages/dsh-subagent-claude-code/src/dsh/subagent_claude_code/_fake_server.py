@@ -63,6 +63,20 @@ class RecordedRequest(ModelRequest):
         return _task_of(self.body)
 
     @property
+    def tool_results(self) -> list[str]:
+        """The text of every ``tool_result`` block in the conversation, in order (what a host
+        model scripted from the tool results it has been sent reads)."""
+        return [
+            _text_of(block.get("content"))
+            for message in (self.body or {}).get("messages") or []
+            if isinstance(message, dict)
+            and message.get("role") == "user"
+            and isinstance(message.get("content"), list)
+            for block in message["content"]
+            if isinstance(block, dict) and block.get("type") == "tool_result"
+        ]
+
+    @property
     def answers_tool(self) -> bool:
         """True when the last message is a user message carrying a ``tool_result`` block."""
         messages = (self.body or {}).get("messages") or []
@@ -75,6 +89,13 @@ class RecordedRequest(ModelRequest):
             and isinstance(content, list)
             and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
         )
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    parts = content if isinstance(content, list) else []
+    return "\n".join(str(part.get("text", "")) for part in parts if isinstance(part, dict))
 
 
 def _task_of(body: dict[str, Any] | None) -> str | None:
