@@ -110,6 +110,23 @@ async def test_marked_processes_filters_by_tree_and_owner(runtime: SubprocessRun
     assert marked_processes(proc.tree_id) == []
 
 
+async def test_marked_processes_filters_by_env_values(runtime: SubprocessRuntime) -> None:
+    from dsh.subprocess import marked_processes
+
+    argv = [sys.executable, "-c", "import time; time.sleep(30)"]
+    tagged = await runtime.spawn(SpawnSpec(argv, env={"DSH_T_TAG": "a", "OTHER": "x"}))
+    other = await runtime.spawn(SpawnSpec(argv, env={"DSH_T_TAG": "b"}))
+    try:
+        assert marked_processes(env={"DSH_T_TAG": "a"}) == [tagged.pid]
+        assert marked_processes(env={"DSH_T_TAG": "a", "OTHER": "x"}) == [tagged.pid]
+        assert marked_processes(env={"DSH_T_TAG": "a", "OTHER": "y"}) == []
+        assert marked_processes(env={"DSH_T_TAG": "b"}) == [other.pid]
+    finally:
+        await tagged.aclose()
+        await other.aclose()
+    assert marked_processes(env={"DSH_T_TAG": "a"}) == []
+
+
 async def test_describe_processes_names_what_leaked() -> None:
     proc = await default_runtime().spawn(
         SpawnSpec(argv=[sys.executable, "-c", "import time; time.sleep(30)"], stdin="ignore")

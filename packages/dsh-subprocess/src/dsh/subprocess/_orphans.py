@@ -8,11 +8,13 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Mapping
 
 from dsh.subprocess._procfs import (
     _IS_LINUX,
     ProcInfo,
     Snapshot,
+    env_values,
     is_own,
     owner_create_time,
     read_info,
@@ -45,12 +47,19 @@ def parse_marker(value: str) -> tuple[int, float] | None:
     return (pid, created) if pid > 0 else None
 
 
-def marked_processes(tree_id: str | None = None, *, owner_pid: int | None = None) -> list[int]:
+def marked_processes(
+    tree_id: str | None = None,
+    *,
+    owner_pid: int | None = None,
+    env: Mapping[str, str] | None = None,
+) -> list[int]:
     """Pids of live, non-zombie processes of this user carrying ``tree_id`` (any marker if None).
 
     ``owner_pid`` keeps only trees spawned by that process (the pid the marker names), so a test
-    suite can check its own trees while other suites run on the same machine. The calling process
-    itself is never listed. This scans the process table (blocking briefly).
+    suite can check its own trees while other suites run on the same machine. ``env`` keeps only
+    processes whose environment also holds each of its ``name=value`` pairs (a tag a caller put
+    in its spawns' env, whichever process spawned them). The calling process itself is never
+    listed. This scans the process table (blocking briefly).
     """
     snap = scan(0.0, full=True)
     own = os.getpid()
@@ -62,6 +71,8 @@ def marked_processes(tree_id: str | None = None, *, owner_pid: int | None = None
             owner = parse_marker(marker)
             if owner is None or owner[0] != owner_pid:
                 continue
+        if env and env_values(snap.procs[pid], env) != dict(env):
+            continue
         found.append(pid)
     return sorted(found)
 

@@ -35,6 +35,7 @@ __all__ = [
     "TREE_MARKER_ENV",
     "ProcInfo",
     "Snapshot",
+    "env_values",
     "is_own",
     "killpg",
     "owner_create_time",
@@ -49,7 +50,6 @@ TREE_MARKER_ENV = "DSH_TREE_ID"
 _IS_LINUX = sys.platform.startswith("linux")
 HAS_PIDFD = _IS_LINUX and hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
 """Whether this host can watch and signal a process through a pidfd (Linux 5.3+, Python 3.9+)."""
-_NEEDLE = b"\0" + TREE_MARKER_ENV.encode() + b"="
 _MARKER_RECHECK_S = 2.0
 _FULL_READ_S = 5.0
 """The longest a process's stat reading is reused: a bound on anything the rules above miss."""
@@ -174,16 +174,23 @@ def read_info(pid: int) -> ProcInfo | None:
 
 def _read_marker_linux(info: ProcInfo, uid: int) -> tuple[bool, str | None]:
     """(readable, marker). Unreadable or other-user processes count as readable-without-marker."""
+    readable, data = _read_environ_linux(info, uid)
+    return readable, None if data is None else _env_value(data, TREE_MARKER_ENV)
+
+
+def _read_environ_linux(info: ProcInfo, uid: int) -> tuple[bool, bytes | None]:
+    """(readable, the environment block with a NUL in front), from a live thread when the main
+    thread has exited (its ``environ`` reads empty then)."""
     pid = info.pid
-    readable, marker = _read_environ_marker(f"/proc/{pid}/environ", uid)
-    if marker is None and info.half_exited:
-        tid = live_thread(pid)  # the main thread's environ reads empty: ask a live thread
+    readable, data = _read_environ_block(f"/proc/{pid}/environ", uid)
+    if data is None and info.half_exited:
+        tid = live_thread(pid)
         if tid is not None and tid != pid:
-            return _read_environ_marker(f"/proc/{pid}/task/{tid}/environ", uid)
-    return readable, marker
+            return _read_environ_block(f"/proc/{pid}/task/{tid}/environ", uid)
+    return readable, data
 
 
-def _read_environ_marker(path: str, uid: int) -> tuple[bool, str | None]:
+def _read_environ_block(path: str, uid: int) -> tuple[bool, bytes | None]:
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -200,14 +207,39 @@ def _read_environ_marker(path: str, uid: int) -> tuple[bool, str | None]:
         os.close(fd)
     if not chunks:
         return False, None
-    data = b"\0" + b"".join(chunks)
-    at = data.find(_NEEDLE)
+    return True, b"\0" + b"".join(chunks)
+
+
+def _env_value(data: bytes, name: str) -> str | None:
+    """The value of ``name`` in a NUL-prefixed environment block, or None."""
+    needle = b"\0" + name.encode() + b"="
+    at = data.find(needle)
     if at < 0:
-        return True, None
-    begin = at + len(_NEEDLE)
+        return None
+    begin = at + len(needle)
     end = data.find(b"\0", begin)
     value = data[begin:] if end < 0 else data[begin:end]
-    return True, value.decode("ascii", "replace")
+    return value.decode("ascii", "replace")
+
+
+def env_values(info: ProcInfo, names: Collection[str]) -> dict[str, str]:
+    """The values of ``names`` set in the environment of ``info`` (this user's, alive; blocking
+    briefly). A name that is unset, or a process that cannot be read, gives no entry."""
+    uid = os.geteuid()
+    if _IS_LINUX:
+        data = _read_environ_linux(info, uid)[1]
+        if data is None:
+            return {}
+        found = {name: _env_value(data, name) for name in names}
+        return {name: value for name, value in found.items() if value is not None}
+    try:
+        proc = psutil.Process(info.pid)
+        if proc.uids().effective != uid:
+            return {}
+        environ = proc.environ()
+    except (psutil.Error, OSError):
+        return {}
+    return {name: environ[name] for name in names if name in environ}
 
 
 def _read_marker_psutil(info: ProcInfo, uid: int) -> tuple[bool, str | None]:
