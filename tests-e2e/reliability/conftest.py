@@ -6,10 +6,12 @@ Test modules never import this file: everything they share comes through fixture
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import gc
 import os
 import re
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -25,7 +27,7 @@ from dsh.subagent_claude_code.testing import FakeMessagesServer
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex import CodexProvider, CodexProviderConfig
 from dsh.subagent_codex.testing import FakeResponsesServer, hermetic_env, write_codex_home
-from dsh.subprocess import TREE_MARKER_ENV, marked_processes
+from dsh.subprocess import TREE_MARKER_ENV, Collect, SpawnSpec, default_runtime, marked_processes
 
 HERE = Path(__file__).resolve().parent
 CODEX_MODEL = "mock-model"
@@ -39,6 +41,7 @@ _FACT = (
     r"decision: [a-z ]+\): [A-Za-z ]+"
 )
 _NOTES = ("Codex completed without a final answer",)
+_REAPER = "from dsh.subprocess import reap_orphans; print(reap_orphans())"
 
 
 class Kit:
@@ -126,6 +129,23 @@ class Kit:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what}")
             await asyncio.sleep(0.05)
+
+    @staticmethod
+    async def reap_in_fresh_process() -> set[int]:
+        """Run ``reap_orphans()`` in a new Python process, as after a host crash; the pids it
+        reaped. The reaper must exit 0."""
+        reaper = await default_runtime().spawn(
+            SpawnSpec(
+                argv=[sys.executable, "-c", _REAPER],
+                stdout=Collect(65_536),
+                stderr=Collect(16_384),
+                grace_ms=1000,
+            )
+        )
+        async with reaper:
+            outcome = await reaper.wait()
+        assert outcome.exit_code == 0, reaper.collected("stderr").text
+        return set(ast.literal_eval(reaper.collected("stdout").text))  # a printed list of ints
 
     @staticmethod
     def open_fds() -> int:

@@ -14,7 +14,6 @@ descendant is the orphan.
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import os
 import signal
@@ -31,8 +30,6 @@ from dsh.subagent_codex.testing import FunctionCallItem, Reply, Stall
 from dsh.subprocess import Collect, ManagedProcess, SpawnSpec, default_runtime
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
-
-REAPER = "from dsh.subprocess import reap_orphans; print(reap_orphans())"
 
 
 async def _spawn_host(kit: Any, tmp: Path, *args: str) -> ManagedProcess:
@@ -84,18 +81,7 @@ async def _crash_and_reap(
             daemons = set(await asyncio.to_thread(kit.pids_with, nonce))
             assert daemons, "the setsid daemon died with the host"
             assert daemons <= set(orphans)
-        reaper = await default_runtime().spawn(
-            SpawnSpec(
-                argv=[sys.executable, "-c", REAPER],
-                stdout=Collect(65_536),
-                stderr=Collect(16_384),
-                grace_ms=1000,
-            )
-        )
-        async with reaper:
-            reaped_outcome = await reaper.wait()
-        assert reaped_outcome.exit_code == 0, reaper.collected("stderr").text
-        reaped = set(ast.literal_eval(reaper.collected("stdout").text))  # a printed list of ints
+        reaped = await kit.reap_in_fresh_process()  # asserts the reaper exited 0
         # Members may still be exiting on their own (Codex after stdin EOF), so the exact sets
         # can differ; the orphans that really stay are reaped, and nothing of the tree remains.
         assert reaped & set(orphans), (orphans, reaped)

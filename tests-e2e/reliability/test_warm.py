@@ -7,7 +7,6 @@ missed, dead while idle) are read only to tell a warm start from a cold one.
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextlib
 import json
@@ -33,8 +32,6 @@ from dsh.tool_subagent import Harness
 from dsh.tool_subagent.errors import ProfileError
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(180)]
-
-REAPER = "from dsh.subprocess import reap_orphans; print(reap_orphans())"
 
 
 @dataclass
@@ -345,17 +342,7 @@ async def test_warm_processes_of_a_killed_host_are_gone(
             assert warm <= survivors, [
                 (p, psutil.pid_exists(p) and psutil.Process(p).status()) for p in warm
             ]
-        reaper = await default_runtime().spawn(
-            SpawnSpec(
-                argv=[sys.executable, "-c", REAPER],
-                stdout=Collect(65_536),
-                stderr=Collect(16_384),
-                grace_ms=1000,
-            )
-        )
-        async with reaper:
-            assert (await reaper.wait()).exit_code == 0, reaper.collected("stderr").text
-        reaped = set(ast.literal_eval(reaper.collected("stdout").text))
+        reaped = await kit.reap_in_fresh_process()  # asserts the reaper exited 0
         if not supervised:
             assert warm <= reaped, (warm, reaped)
         assert await asyncio.to_thread(kit.owned_by, host.pid) == []
