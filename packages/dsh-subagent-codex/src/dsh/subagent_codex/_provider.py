@@ -76,6 +76,8 @@ _INSTALL = ProductInstall(
     config_dir_env="CODEX_HOME",
     default_config_dir=".codex",
     login_file="auth.json",
+    login_env=("OPENAI_API_KEY", "CODEX_API_KEY"),
+    login_command="codex login",
 )
 
 
