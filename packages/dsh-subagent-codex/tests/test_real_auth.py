@@ -165,3 +165,36 @@ async def test_a_rejected_key_settles_at_the_first_401(tmp_path: Path, provider_
     # The default loop makes 6; the first retry notice (after at most two silent request-level
     # attempts) ends it.
     assert 1 <= len(requests) <= 3, f"{len(requests)} requests: Codex's retry loop ran on"
+
+
+async def test_a_warm_process_is_retired_when_the_login_file_changes(
+    fake: FakeResponsesServer, tmp_path: Path
+) -> None:
+    """A warm process caches its credentials; a ``codex login`` made since must win."""
+    home = builtin_home(tmp_path / "home", fake.base_url)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    provider = CodexProvider(
+        provider_for(home, OPENAI_API_KEY=KEY_CANARY).config.model_copy(update={"prewarm": 1})
+    )
+    try:
+        fake.queue_text("first")
+        async with await provider.start(make_start_request(workspace, "first")) as run:
+            assert (await run.result()).text == "first"
+        pool = provider._warm.pool
+        async with asyncio.timeout(30):
+            while not pool.idle():
+                await asyncio.sleep(0.05)
+        (stale,) = pool.idle()
+        login = {"OPENAI_API_KEY": "sk-dsh-logged-in-later", "auth_mode": "apikey"}
+        (home / "auth.json").write_text(json.dumps(login), encoding="utf-8")
+        fake.queue_text("second")
+        async with await provider.start(make_start_request(workspace, "second")) as run:
+            assert run.process.pid != stale.process.pid, "the stale warm process was used"
+            assert (await run.result()).text == "second"
+        assert [r.headers.get("authorization") for r in fake.requests] == [
+            f"Bearer {KEY_CANARY}",
+            "Bearer sk-dsh-logged-in-later",
+        ]
+    finally:
+        await provider.aclose()
