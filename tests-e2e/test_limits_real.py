@@ -196,7 +196,8 @@ async def test_timeout_s_stops_a_run_that_keeps_talking(stack: Stack) -> None:
     assert result.text.startswith(
         "subagent run stopped: wall-clock limit of 3 s reached (timeout_s)"
     ), result.text
-    assert result.value is not None and result.value["limit"] == "timeout_s"
+    assert result.value is not None
+    assert result.value["limit"] == "timeout_s"
     assert await _owned() == []
 
 
