@@ -170,6 +170,10 @@ class FakeResponsesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
             return
         server.close()
         handlers = list(self._handlers)
+        if handlers:
+            # Released stalls end on their own first; cancelling a handler that is still in
+            # its stall makes asyncio log the cancelled connection task as an ERROR.
+            await asyncio.wait(handlers, timeout=0.5)
         for task in handlers:
             task.cancel()
         await asyncio.gather(*handlers, return_exceptions=True)
