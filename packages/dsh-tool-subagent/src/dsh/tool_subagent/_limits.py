@@ -15,7 +15,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from dsh.subagent import PublishedRun, last_activity
+from dsh.subagent import SubagentRun, last_activity
 
 __all__ = [
     "DEFAULT_STALL_TIMEOUT_S",
@@ -61,12 +61,15 @@ class RunLimits:
 class Watchdog:
     """Watches one published run until :meth:`stop`; ``expired`` is the text of the limit hit.
 
+    ``run`` is any :class:`~dsh.subagent.SubagentRun` (the service's ``PublishedRun`` in the
+    tool; a provider's own run in the benchmark).
+
     ``began`` is the ``loop.time()`` the delegation began (the wall-clock limit counts the start
     too). The stall clock starts at publication: a warm process's stamp can be older than the
     run, so the silence is measured from the later of the stamp and the publication.
     """
 
-    def __init__(self, run: PublishedRun, limits: RunLimits, began: float) -> None:
+    def __init__(self, run: SubagentRun, limits: RunLimits, began: float) -> None:
         self._run = run
         self._limits = limits
         self._loop = asyncio.get_running_loop()
@@ -84,12 +87,13 @@ class Watchdog:
         stall = limits.stall_timeout_s
         if stall is not None:
             if last_activity(run) is None:
-                if run.provider not in _WARNED:
-                    _WARNED.add(run.provider)
+                provider = str(getattr(run, "provider", "?"))
+                if provider not in _WARNED:
+                    _WARNED.add(provider)
                     logger.warning(
                         'subagent provider "%s" reports no product activity; stall_timeout_s'
                         " cannot apply to its runs (timeout_s still does)",
-                        run.provider,
+                        provider,
                     )
             else:
                 self._stall_handle = self._loop.call_at(self._published + stall, self._on_stall)
