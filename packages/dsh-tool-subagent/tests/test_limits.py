@@ -189,3 +189,16 @@ async def test_a_provider_without_the_stamp_gets_no_stall_limit_and_a_warning(
     limited = mount(Stampless("old-style-2", delay=None), timeout_s=0.2, stall_timeout_s=0.1)
     result = await asyncio.wait_for(limited.call(ARGS, CALLER), 5)
     assert result.text == "subagent run stopped: wall-clock limit of 0.2 s reached (timeout_s)"
+
+
+async def test_the_wall_clock_counts_the_start_too() -> None:
+    # A start that hangs is cancelled (the provider rolls back) and reported as the limit.
+    provider = FakeProvider("slow-start", start_delay=30.0)
+    tool = mount(provider, timeout_s=0.2)
+    result = await asyncio.wait_for(tool.call(ARGS, CALLER), 5)
+    assert result == ToolResult(
+        text="subagent run stopped: wall-clock limit of 0.2 s reached (timeout_s)",
+        is_error=True,
+        value={"stop_reason": "aborted", "diagnostic": None, "limit": "timeout_s"},
+    )
+    assert provider.runs == []  # never published
