@@ -24,7 +24,8 @@ from dsh.tool_subagent._limits import RunLimits, Watchdog, limit_text
 
 __all__ = ["Finished", "Interrupted", "background_outcome", "killed", "run_to_end", "safe_text"]
 
-#: No limits at all (callers that pass none: the library default is the tool's).
+#: What ``run_to_end`` applies when its caller passes none (the delegation tool always passes
+#: its own, whose stall limit defaults to 900 s).
 NO_LIMITS = RunLimits(timeout_s=None, stall_timeout_s=None)
 
 logger = logging.getLogger("dsh.tool_subagent")
@@ -145,9 +146,8 @@ async def run_to_end(
     if isinstance(run, StartLimited):
         assert limits.timeout_s is not None
         text = limit_text("timeout_s", limits.timeout_s)
-        if run.text:
-            text += f"; {run.text}"
-        return Finished(SubagentResult(StopReason.ABORTED), None, text, "timeout_s")
+        # A rollback that could not prove exit is reported like a failed dispose.
+        return Finished(SubagentResult(StopReason.ABORTED), run.text or None, text, "timeout_s")
     if isinstance(run, str):
         return run
     watchdog = Watchdog(run, limits, began)
