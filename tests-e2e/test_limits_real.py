@@ -23,7 +23,13 @@ import pytest
 
 from dsh.subagent_claude_code.testing import FakeMessagesServer
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
-from dsh.subagent_codex.testing import FakeResponsesServer, hermetic_env, write_codex_home
+from dsh.subagent_codex.testing import (
+    FakeResponsesServer,
+    FunctionCallItem,
+    Reply,
+    hermetic_env,
+    write_codex_home,
+)
 from dsh.subprocess import Collect, SpawnSpec, default_runtime
 from dsh.tool_subagent import Caller, Harness, ToolResult
 from dsh.tool_subagent._demo_scenarios import owned_marked_processes
@@ -235,3 +241,25 @@ async def test_dsh_run_stall_timeout_stops_a_stalled_run(stack: Stack, product: 
     assert (code, out) == (1, "")
     assert err == "subagent run stopped: no product activity for 2.5 s (stall_timeout_s)\n"
     assert await _owned(pid) == []
+
+
+def _command(cmd: str) -> Reply:
+    call = {"cmd": cmd, "login": False, "yield_time_ms": 20000}
+    return Reply((FunctionCallItem("exec_command", call),))
+
+
+async def test_a_codex_command_that_prints_keeps_its_run_alive_and_a_silent_one_does_not(
+    stack: Stack,
+) -> None:
+    # Codex streams a running command's output (item/commandExecution/outputDelta): a command
+    # that prints once a second for 6 s is activity; the same 6 s of silence is a stall.
+    stack.codex.queue(_command("for i in 1 2 3 4 5 6; do echo tick $i; sleep 1; done"))
+    stack.codex.queue_text("the command finished")
+    began = time.monotonic()
+    printed = await stack.call(TOOLS[CODEX], description="printing", prompt="PRINT please")
+    assert time.monotonic() - began >= 6.0
+    assert (printed.text, printed.is_error) == ("the command finished", False)
+    stack.codex.queue(_command("sleep 6"))
+    silent = await stack.call(TOOLS[CODEX], description="silent", prompt="SILENT please")
+    assert (silent.text, silent.is_error) == (STALLED, True)
+    assert await _owned() == []
