@@ -263,3 +263,52 @@ async def test_a_codex_command_that_prints_keeps_its_run_alive_and_a_silent_one_
     silent = await stack.call(TOOLS[CODEX], description="silent", prompt="SILENT please")
     assert (silent.text, silent.is_error) == (STALLED, True)
     assert await _owned() == []
+
+
+async def test_a_claude_code_bash_command_is_silent_to_dsh_even_when_it_prints(
+    tmp_path: Path,
+) -> None:
+    # The CLI streams nothing while its Bash tool runs, whatever the command prints: that is why
+    # the default stall limit (900 s) is above the Bash tool's 10-minute maximum.
+    workspace = tmp_path / "bash-ws"
+    workspace.mkdir()
+    async with FakeMessagesServer() as claude:
+        env = {**claude_env(tmp_path / "bash-claude", claude.base_url), "IS_SANDBOX": "1"}
+        config = {"env": env, "stderr": "discard", "dispose_grace_ms": 2000}
+        profile = {
+            "provider": [
+                {"kind": CLAUDE, "config": {**config, "permission_mode": "bypassPermissions"}}
+            ],
+            "tool": [{"provider": CLAUDE, "tool_name": "bash_tool", "stall_timeout_s": STALL_S}],
+        }
+        token = f"{time.monotonic_ns() % 10**6}"
+        command = f"for i in 1 2 3 4 5 6 7 8 9 10; do echo tick {token} $i; sleep 1; done"
+        claude.queue_tool_call("Bash", {"command": command, "description": "print"})
+        claude.queue_text("the command finished")
+        async with Harness.from_profile(profile) as harness:
+            call = asyncio.ensure_future(
+                harness.tool("bash_tool").call(
+                    {"description": "bash", "prompt": "BASH please"}, Caller("l", str(workspace))
+                )
+            )
+            async with asyncio.timeout(60):
+                while not await asyncio.to_thread(_running, token):  # noqa: ASYNC110 - bounded poll
+                    await asyncio.sleep(0.05)
+            result = await call
+    assert (result.text, result.is_error) == (STALLED, True)
+    assert [r.answers_tool for r in claude.requests] == [False]  # stopped mid-command
+    assert not await asyncio.to_thread(_running, token)
+    assert await _owned() == []
+
+
+def _running(token: str) -> bool:
+    """Whether a process whose command line holds ``token`` is alive (own walk of /proc)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if token.encode() in (entry / "cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
