@@ -128,6 +128,7 @@ def _last_text(content: Any) -> str | None:
 
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found"}
+_REASONS |= {426: "Upgrade Required"}
 _REASONS |= {413: "Payload Too Large", 429: "Too Many Requests", 500: "Internal Server Error"}
 _REASONS |= {502: "Bad Gateway", 503: "Service Unavailable"}
 
@@ -141,6 +142,11 @@ class FakeResponsesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
     as ``ScriptedModelServer`` describes, and read ``requests`` (the ``POST .../responses``
     calls) afterwards. A stall ends after its ``seconds`` (at most ``MAX_STALL_S``), at
     ``release_stalls()`` or at ``stop()``.
+
+    Codex's built-in ``openai`` provider first asks for a WebSocket (``GET .../responses`` with
+    ``Upgrade: websocket``); the server answers ``websocket_status`` (426 by default, after which
+    Codex falls back to HTTP at once; a 404 costs it about 6.5 s of retries first). The upgrade
+    requests are recorded with the other non-model requests, never in ``requests``.
     """
 
     def __init__(
@@ -148,8 +154,10 @@ class FakeResponsesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
         *,
         default: Behaviour | None = None,
         route: Callable[[RecordedRequest], Behaviour | None] | None = None,
+        websocket_status: int = 426,
     ) -> None:
         super().__init__(default=default, route=route)
+        self._websocket_status = websocket_status
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self._stalls_released = asyncio.Event()
@@ -293,6 +301,10 @@ class FakeResponsesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
         request = RecordedRequest(method, route, query, headers, parsed, body)
         if not _is_responses(method, route):
             self._record(request, model_call=False)
+            if _is_websocket_upgrade(method, route, headers):
+                body = json.dumps(_error_body("websocket not offered")).encode()
+                await _plain(writer, self._websocket_status, body)
+                return
             await _plain(writer, 404, b'{"error":{"message":"not found"}}')
             return
         behaviour = self._answer(request)
@@ -376,6 +388,11 @@ async def _trickle(writer: asyncio.StreamWriter, behaviour: Trickle, item_id: st
 
 def _is_responses(method: str, path: str) -> bool:
     return method == "POST" and path.rstrip("/").endswith("/responses")
+
+
+def _is_websocket_upgrade(method: str, path: str, headers: Mapping[str, str]) -> bool:
+    upgrade = headers.get("upgrade", "").lower() == "websocket"
+    return method == "GET" and upgrade and path.rstrip("/").endswith("/responses")
 
 
 def _error_body(message: str) -> dict[str, Any]:
