@@ -89,7 +89,17 @@ class Stall:
     seconds: float = 60.0
 
 
-Behaviour: TypeAlias = Reply | HttpStatus | ResponseFailed | Drop | Stall
+@dataclass(frozen=True)
+class Trickle:
+    """A 200 SSE stream that sends one assistant message as ``pieces``, one every ``interval_s``
+    (``response.output_text.delta`` events), then the message and ``response.completed``: a
+    slow model that never stops talking. At most ``MAX_STALL_S`` in all."""
+
+    pieces: Sequence[str]
+    interval_s: float = 1.0
+
+
+Behaviour: TypeAlias = Reply | HttpStatus | ResponseFailed | Drop | Stall | Trickle
 
 
 @dataclass(frozen=True)
@@ -168,6 +178,10 @@ class FakeResponsesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
             return
         server.close()
         handlers = list(self._handlers)
+        if handlers:
+            # Released stalls end on their own first; cancelling a handler that is still in
+            # its stall makes asyncio log the cancelled connection task as an ERROR.
+            await asyncio.wait(handlers, timeout=0.5)
         for task in handlers:
             task.cancel()
         await asyncio.gather(*handlers, return_exceptions=True)
@@ -226,6 +240,12 @@ class FakeResponsesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
         """Accept the request and go silent: for ``seconds`` if set, else until released or
         stopped (either way at most ``MAX_STALL_S``)."""
         self.queue(Stall((), MAX_STALL_S if seconds is None else seconds), match=match)
+
+    def queue_trickle(
+        self, pieces: Sequence[str], *, interval_s: float = 1.0, match: str | None = None
+    ) -> None:
+        """An answer streamed as ``pieces``, one every ``interval_s`` (a slow, live model)."""
+        self.queue(Trickle(tuple(pieces), interval_s), match=match)
 
     def queue_failed(
         self, code: str, message: str = "the fake model failed", *, match: str | None = None
@@ -325,6 +345,9 @@ class FakeResponsesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
             b"cache-control: no-cache\r\nconnection: close\r\n\r\n"
         )
         _event(writer, "response.created", {"response": {"id": response_id}})
+        if isinstance(behaviour, Trickle):
+            await _trickle(writer, behaviour, f"{response_id}_0")
+            behaviour = Reply((MessageItem("".join(behaviour.pieces)),))
         for index, item in enumerate(behaviour.items):
             done = {"output_index": index, "item": _item_json(item, f"{response_id}_{index}")}
             _event(writer, "response.output_item.done", done)
@@ -345,6 +368,21 @@ class FakeResponsesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
             usage = {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}
             completed = {"id": response_id, "status": "completed", "usage": usage}
             _event(writer, "response.completed", {"response": completed})
+        await writer.drain()
+
+
+async def _trickle(writer: asyncio.StreamWriter, behaviour: Trickle, item_id: str) -> None:
+    """The message item's ``added`` event, then one text delta per piece, spaced in time."""
+    added = {"type": "message", "id": item_id, "role": "assistant", "status": "in_progress"}
+    _event(
+        writer, "response.output_item.added", {"output_index": 0, "item": added | {"content": []}}
+    )
+    interval = min(max(behaviour.interval_s, 0.0), MAX_STALL_S / max(len(behaviour.pieces), 1))
+    for index, piece in enumerate(behaviour.pieces):
+        if index:
+            await asyncio.sleep(interval)
+        delta = {"item_id": item_id, "output_index": 0, "content_index": 0, "delta": piece}
+        _event(writer, "response.output_text.delta", delta)
         await writer.drain()
 
 

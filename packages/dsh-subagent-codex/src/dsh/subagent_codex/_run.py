@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from dsh.subagent import (
+    ActivityStamp,
     CloseOnce,
     FailureFacts,
     ProductFailure,
@@ -105,11 +106,17 @@ class CodexRun:
         self._interrupt: asyncio.Task[None] | None = None
         self._turn_start_timer: asyncio.TimerHandle | None = None
         self._closing = CloseOnce()
+        self._activity = ActivityStamp()
 
     # -- public surface --------------------------------------------------------------------
     @property
     def id(self) -> str:
         return self._id
+
+    @property
+    def last_activity(self) -> float:
+        """When the last JSON-RPC frame was read from the app-server (``time.monotonic()``)."""
+        return self._activity.last
 
     async def result(self) -> SubagentResult:
         return await self._latch.wait()
@@ -273,6 +280,7 @@ class CodexRun:
     async def _read(self) -> None:
         try:
             async for frame in read_frames(self._stdout, self._max_line):
+                self._activity.touch()
                 if self._dead:
                     continue
                 self._dispatch(frame)
