@@ -102,8 +102,11 @@ async def test_codex_canaries_stay_out_of_everything_the_parent_sees(
     (broken / "config.toml").write_text(
         config.replace('model_provider = "mock"', f"model_provider = {json.dumps(marks['config'])}")
     )
+    # A key is forwarded, so the account check passes (an unknown provider falls back to the
+    # built-in one's auth) and the failure comes from ``thread/start``, whose reply names it.
+    keyed = kit.codex_provider(broken, env={"OPENAI_API_KEY": "sk-dsh-broken-home-0000"})
     with pytest.raises((ProductFailure, ExceptionGroup)) as caught:
-        await kit.codex_provider(broken).start(codex.request("task two"))
+        await keyed.start(codex.request("task two"))
     assert kit.is_safe_failure_message(str(caught.value)), str(caught.value)
     # The raw cause (kept on ``__cause__`` only) did carry the canary.
     assert marks["config"] in str(getattr(caught.value.__cause__, "raw_message", ""))
