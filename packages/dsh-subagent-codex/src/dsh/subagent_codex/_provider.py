@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import os
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from typing import Any
@@ -14,6 +16,11 @@ from dsh.subagent.kit import ProductInstall, ProviderBase, check_one_shot_reques
 from dsh.subagent_codex._config import CodexProviderConfig
 from dsh.subagent_codex._env import forwarding, tool_env_override
 from dsh.subagent_codex._mapping import MODE_FIELDS, OPT_OUT_NOTIFICATIONS, PREFIX, PRODUCT
+from dsh.subagent_codex._private import (
+    make_private_dir,
+    private_overlay,
+    sweep_lost_private_dirs_once,
+)
 from dsh.subagent_codex._run import CodexRun, StartupFailure
 from dsh.subagent_codex._warm import CodexSteps, WarmCodex
 from dsh.subagent_codex._wire import MAX_LINE_BYTES
@@ -121,6 +128,8 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
             request, prefix=PREFIX, unusable_cwd=lambda: _failure("initialize")
         )
         await reap_orphans_once()
+        if self.config.isolation == "private":
+            sweep_lost_private_dirs_once()  # the private homes dead owners left
         key = self._warm.key(cwd) if self.config.prewarm > 0 else None
         if key is None:
             return await self._spawn_and_publish(cwd, list(texts))
@@ -183,10 +192,17 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
     async def _spawn(
         self, cwd: str, argv_env: Callable[[], tuple[list[str], dict[str, str | None]]]
     ) -> CodexRun:
-        """Spawn ``codex app-server`` in ``cwd``; the safe ``initialize`` failure if it fails."""
+        """Spawn ``codex app-server`` in ``cwd``; the safe ``initialize`` failure if it fails.
+
+        Under ``private`` isolation the process gets its own private dir (removed with it).
+        """
         config = self.config
+        private_dir: str | None = None
         try:
             argv, env = argv_env()
+            if config.isolation == "private":
+                private_dir = await make_private_dir(config)
+                env = {**env, **private_overlay(private_dir)}
             spec = SpawnSpec(
                 argv=argv,
                 cwd=cwd,
@@ -198,7 +214,11 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
                 nice=config.nice,
             )
             proc = await default_runtime().spawn(spec)
-        except (OSError, ImportError, SpawnError, ValueError) as exc:
+        except BaseException as exc:
+            if private_dir is not None:
+                await asyncio.to_thread(shutil.rmtree, private_dir, True)
+            if not isinstance(exc, (OSError, ImportError, SpawnError, ValueError)):
+                raise
             failure = _failure("initialize")
             _log.info("%s", failure)
             raise failure from exc
@@ -207,6 +227,7 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
             mode=config.permission_mode,
             grace_s=config.dispose_grace_ms / 1000.0,
             max_line=self._max_line,
+            private_dir=private_dir,
         )
 
     async def _rollback(self, run: CodexRun, exc: BaseException) -> None:
