@@ -383,7 +383,9 @@ async def test_private_warm_processes_each_get_their_own_home(kit: Any, private:
             assert pool.taken == 1
             used = homes[int(run.process.pid)]
             assert (await run.result()).stop_reason is StopReason.COMPLETED
-        assert not await asyncio.to_thread(Path(used).exists), "the warm process's home went with its run"
+        assert not await asyncio.to_thread(Path(used).exists), (
+            "the warm process's home went with its run"
+        )
         await kit.wait_until(lambda: len(pool.idle()) >= 2, 60.0, "the replacement")
         fresh = {_private_home_of(int(w.process.pid)) for w in pool.idle()}
         assert used not in fresh
