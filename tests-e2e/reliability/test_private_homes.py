@@ -281,11 +281,15 @@ async def test_eight_concurrent_private_runs_complete_and_leave_no_home(
         private.answer()
     runs = await asyncio.gather(*(provider.start(private.request(f"t{i}")) for i in range(8)))
     try:
-        # Each run has its own private dir (its home inside), kept until its tree has exited.
+        results = await asyncio.gather(*(run.result() for run in runs))
+        # Each run had its own private dir, kept until its tree has exited, and the product
+        # wrote its state there (Codex its state databases, Claude Code its .claude.json).
         dirs = private_dirs(private.tag)
         assert len(dirs) == 8, dirs
-        assert all((Path(d) / "home").is_dir() for d in dirs)
-        results = await asyncio.gather(*(run.result() for run in runs))
+        written = (
+            "sqlite/state_5.sqlite" if private.tag == "codex" else "claude-config/.claude.json"
+        )
+        assert all((Path(d) / written).is_file() for d in dirs), written
     finally:
         await asyncio.gather(*(run.aclose() for run in runs))
     assert [r.stop_reason for r in results] == [StopReason.COMPLETED] * 8, [
