@@ -2,8 +2,8 @@
 
 Both product providers are built from a ``ProviderConfigBase`` subclass the same way (the
 registry calls ``from_config(mapping)``), are named by ``provider_name`` and answer ``dsh
-doctor`` with the same three kinds of row: the pinned distribution's version, whether the
-product's executable is there, and the credential sources (variable names, a login file under
+doctor`` with the same four kinds of row: the pinned distribution's version, whether the
+product's executable is there, the isolation mode, and the credential sources (variable names, a login file under
 the product's config dir). What differs is data (``ProductInstall``) and two hooks a provider
 defines: ``forwarded_env_names`` and ``start``. The spawn layer is not imported here (the seam
 does not depend on it), so the credential names come from the provider.
@@ -22,7 +22,7 @@ from dsh.subagent._config_base import ProviderConfigBase
 from dsh.subagent._doctor import DoctorCheck, credential_checks, payload_check, version_check
 from dsh.subagent._types import NO_START_CAPABILITIES, Capabilities
 
-__all__ = ["ProductInstall", "ProviderBase"]
+__all__ = ["ProductInstall", "ProviderBase", "isolation_check"]
 
 ConfigT = TypeVar("ConfigT", bound=ProviderConfigBase)
 
@@ -61,11 +61,28 @@ class ProductInstall:
     ) -> list[DoctorCheck]:
         """The version, payload and credential rows (names and "exists / absent" only)."""
         ambient: Mapping[str, str] = os.environ if environ is None else environ
+        private = config.isolation == "private"
+        # Under private isolation the product never sees the user's login file: each run's
+        # home starts from the template (if any) and the forwarded credentials only.
+        login_files = [] if private else [self.login_path(config, ambient)]
+        credentials = credential_checks(credential_names, login_files)
+        if private:
+            credentials[1] = DoctorCheck("login file", "not used (private home per run)", True)
         return [
             version_check(self.version_label, self.distribution),
             payload_check(self.payload_label, self.locate_payload),
-            *credential_checks(credential_names, [self.login_path(config, ambient)]),
+            isolation_check(config),
+            *credentials,
         ]
+
+
+def isolation_check(config: ProviderConfigBase) -> DoctorCheck:
+    """The instance's isolation mode; for ``private``, whether a ``home_template`` is set (the
+    row shows no path)."""
+    if config.isolation != "private":
+        return DoctorCheck("isolation", "native", True)
+    template = "template set" if config.home_template is not None else "no template"
+    return DoctorCheck("isolation", f"private ({template})", True)
 
 
 class ProviderBase(abc.ABC, Generic[ConfigT]):
