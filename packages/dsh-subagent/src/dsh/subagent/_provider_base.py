@@ -5,8 +5,9 @@ registry calls ``from_config(mapping)``), are named by ``provider_name`` and ans
 doctor`` with the same four kinds of row: the pinned distribution's version, whether the
 product's executable is there, the isolation mode, and the credential sources (variable
 names, a login file under the product's config dir). What differs is data
-(``ProductInstall``) and two hooks a provider defines: ``forwarded_env_names`` and ``start``. The spawn layer is not imported here (the seam
-does not depend on it), so the credential names come from the provider.
+(``ProductInstall``) and two hooks a provider defines: ``forwarded_env_names`` and
+``start``. The spawn layer is not imported here (the seam does not depend on it), so the
+credential names come from the provider.
 """
 
 from __future__ import annotations
