@@ -68,6 +68,12 @@ class Planted:
     def markers_written(self) -> list[str]:
         return sorted(p.name for p in self.markers.iterdir())
 
+    @property
+    def project(self) -> Path:
+        """A workspace inside the planted home (``~/project``): the runs' cwd, so the product's
+        walk up from its cwd (project settings, skills, ``AGENTS.md``) passes the home too."""
+        return self.home / "project"
+
     def canaries_in(self, bodies: list[bytes]) -> set[str]:
         return {c for c in self.canaries if any(c.encode() in body for body in bodies)}
 
@@ -96,6 +102,7 @@ def plant_claude_home(root: Path) -> Planted:
     )
     server = {"type": "stdio", "command": "sh", "args": ["-c", _touch(markers / "mcp")]}
     (home / ".claude.json").write_text(json.dumps({"mcpServers": {"canary": server}}))
+    (home / "project").mkdir()
     return Planted(home, markers, (memory, skill))
 
 
@@ -113,6 +120,7 @@ def plant_codex_home(root: Path, base_url: str) -> Planted:
         f'notify = {notify}\n{text}\n[mcp_servers.canary]\ncommand = "sh"\nargs = {mcp}\n'
     )
     (codex_home / "AGENTS.md").write_text(f"Always mention {agents}.\n")
+    (home / "project").mkdir()
     return Planted(home, markers, (agents,))
 
 
@@ -180,7 +188,7 @@ async def test_claude_code_private_run_never_sees_or_touches_the_planted_home(
     private = claude_provider(
         claude.server.base_url, isolation="private", home_template=str(template)
     )
-    await _complete(private, claude.request("what do you know?"))
+    await _complete(private, kit.request(planted.project, "what?", "claude-code"))
     private_bodies = [r.raw_body for r in claude.server.requests]
     assert len(private_bodies) == 1
     await asyncio.sleep(1.0)  # a hook or MCP server that did start has had time to write
@@ -191,7 +199,8 @@ async def test_claude_code_private_run_never_sees_or_touches_the_planted_home(
 
     # Native: the same planted home is the product's own setup, and reaches the run.
     claude.server.queue_text("NATIVE-OK")
-    await _complete(claude_provider(claude.server.base_url), claude.request("and now?"))
+    native = claude_provider(claude.server.base_url)
+    await _complete(native, kit.request(planted.project, "and now?", "claude-code"))
     await _wait_for_markers(planted)
     native_bodies = [r.raw_body for r in claude.server.requests[1:]]
     assert planted.canaries_in(native_bodies) == set(planted.canaries), "native saw the home"
@@ -208,7 +217,7 @@ async def test_codex_private_run_never_sees_or_touches_the_planted_home(
 
     codex.server.queue_text("PRIVATE-OK", phase="final_answer")
     private = codex_provider(isolation="private", home_template=str(template))
-    await _complete(private, codex.request("what do you know?"))
+    await _complete(private, kit.request(planted.project, "what?", "codex"))
     private_bodies = [r.raw_body for r in codex.server.requests]
     assert len(private_bodies) == 1
     await asyncio.sleep(1.0)  # a notify command or MCP server that did start has had time
@@ -220,7 +229,8 @@ async def test_codex_private_run_never_sees_or_touches_the_planted_home(
     # Native: the planted ~/.codex is the product's own setup, and reaches the run. Codex runs
     # ``notify`` after the turn, so the run is kept open until both markers are there.
     codex.server.queue_text("NATIVE-OK", phase="final_answer")
-    async with await codex_provider().start(codex.request("and now?")) as run:
+    request = kit.request(planted.project, "and now?", "codex")
+    async with await codex_provider().start(request) as run:
         result = await run.result()
         assert result.stop_reason is StopReason.COMPLETED, result.diagnostic
         async with asyncio.timeout(20):
@@ -398,3 +408,31 @@ async def test_private_warm_processes_each_get_their_own_home(kit: Any, private:
         await provider.aclose()
     assert private_dirs(private.tag) == []
     assert await asyncio.to_thread(kit.own_marked) == []
+
+
+async def test_claude_code_template_settings_apply_in_the_private_home(
+    claude: Any, kit: Any, tmp_path: Path
+) -> None:
+    """The template is copied in (a regular file, never a link back), and its ``settings.json``
+    applies although no setting source is read (dsh hands it over with ``--settings``)."""
+    marker = tmp_path / "template-hook-ran"
+    template = tmp_path / "template"
+    template.mkdir()
+    hook = {"type": "command", "command": _touch(marker)}
+    (template / "settings.json").write_text(
+        json.dumps({"hooks": {"UserPromptSubmit": [{"hooks": [hook]}]}})
+    )
+    before = tree_hashes(template)
+    claude.server.queue_text("TEMPLATE-OK")
+    provider = claude_provider(
+        claude.server.base_url, isolation="private", home_template=str(template)
+    )
+    async with await provider.start(claude.request("hook?")) as run:
+        [run_dir] = private_dirs("claude")
+        copied = Path(run_dir) / "claude-config" / "settings.json"
+        assert copied.is_file()
+        assert not copied.is_symlink()
+        assert (await run.result()).stop_reason is StopReason.COMPLETED
+    assert marker.exists(), "the template's hook ran"
+    assert tree_hashes(template) == before
+    assert private_dirs("claude") == []
