@@ -128,8 +128,7 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
             request, prefix=PREFIX, unusable_cwd=lambda: _failure("initialize")
         )
         await reap_orphans_once()
-        if self.config.isolation == "private":
-            sweep_lost_private_dirs_once()  # the private homes dead owners left
+        sweep_lost_private_dirs_once()  # private homes dead owners left (any instance's)
         key = self._warm.key(cwd) if self.config.prewarm > 0 else None
         if key is None:
             return await self._spawn_and_publish(cwd, list(texts))
