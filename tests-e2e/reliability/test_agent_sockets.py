@@ -2,9 +2,10 @@
 pass the default scrub; a profile forwards them by name.
 
 A real tool command (Codex's ``exec_command``, Claude Code's Bash) prints its whole environment,
-which goes back to the model in the next request. Under the default scrub the canary socket paths reach no request; forwarded
-by name (``inherit_env``, and ``tool_env`` so tool commands such as ``git push`` see it) the
-SSH canary is in the tool's output, which proves the command did print its environment.
+which goes back to the model in the next request. Under the default scrub the canary socket
+paths reach no request; forwarded by name (``inherit_env``, and ``tool_env`` so tool commands
+such as ``git push`` see it) the SSH canary is in the tool's output, which proves the command
+did print its environment.
 """
 
 from __future__ import annotations
