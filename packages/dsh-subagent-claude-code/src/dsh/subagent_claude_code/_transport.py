@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from claude_agent_sdk import CLIConnectionError, CLIJSONDecodeError, ProcessError, Transport
 
-from dsh.subagent import CloseOnce
+from dsh.subagent import ActivityStamp, CloseOnce
 from dsh.subprocess import (
     BoundedLines,
     LineTooLong,
@@ -75,6 +75,8 @@ class DshTransport(Transport):
         self._lines: BoundedLines | None = None
         self._line_iter: AsyncIterator[bytes] | None = None
         self._early: list[dict[str, Any]] = []
+        self.activity = ActivityStamp()
+        """Moved by every stdout line read from the CLI (the run's ``last_activity``)."""
 
     # ---- ladder (sync, usable from cancel()) ----------------------------------------------
 
@@ -242,6 +244,7 @@ class DshTransport(Transport):
         raise ProcessError("Command failed", exit_code=code)
 
     def _parse(self, line: bytes) -> dict[str, Any] | None:
+        self.activity.touch()
         text = line.strip()
         if not text or not text.startswith(b"{"):
             return None

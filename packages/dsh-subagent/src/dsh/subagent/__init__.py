@@ -7,6 +7,7 @@ providers, and entry-point discovery. The conformance kit lives in :mod:`dsh.sub
 
 from importlib import metadata as _metadata
 
+from dsh.subagent._activity import ActivityStamp, ReportsActivity, last_activity
 from dsh.subagent._checks import check_one_shot_request
 from dsh.subagent._closing import CloseOnce
 from dsh.subagent._demo import DEMO_ERROR_BODY, DemoFailure, DemoModel, DemoPlan, DemoScenario
@@ -61,6 +62,7 @@ __all__ = [
     "MAX_DIAGNOSTIC_BYTES",
     "NO_START_CAPABILITIES",
     "PROVIDER_ENTRY_POINT_GROUP",
+    "ActivityStamp",
     "Capabilities",
     "CloseOnce",
     "ContentBlock",
@@ -80,6 +82,7 @@ __all__ = [
     "ProviderBase",
     "ProviderRemoved",
     "PublishedRun",
+    "ReportsActivity",
     "ResolvedStartRequest",
     "ResultLatch",
     "StopReason",
@@ -100,6 +103,7 @@ __all__ = [
     "credential_checks",
     "failure_line",
     "installed_provider_kinds",
+    "last_activity",
     "load_provider",
     "payload_check",
     "version_check",

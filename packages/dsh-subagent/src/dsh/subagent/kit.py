@@ -5,14 +5,18 @@ and discovery). This submodule gathers what only a provider implements with: the
 every product provider applies before spawning, the safe-diagnostic helpers, the result latch,
 the close-once helper, the ``doctor()`` row builders, the env checks, the config base with the
 fields both product providers share, ``ProviderBase`` (with ``ProductInstall``): the
-``from_config``, ``name`` and ``doctor()`` both product providers share, and the pool of warm
-processes (``WarmPool``, for ``prewarm``), and owner-named run dirs (their sweep, the
+``from_config``, ``name`` and ``doctor()`` both product providers share, the pool of warm
+processes (``WarmPool``, for ``prewarm``), the activity stamp (``ActivityStamp``: a run
+``touch()``-es it on every message it reads from its product and exposes it as the
+``last_activity`` property, which the caller's stall limit reads; ``ReportsActivity`` and
+``last_activity(run)`` are the reading side), and owner-named run dirs (their sweep, the
 private-home template copy). The names other than ``ProviderConfigBase``,
 ``WarmPool`` and their constants are also importable from :mod:`dsh.subagent` (the tool layer
 uses ``CloseOnce`` and ``DoctorCheck``; tests/test_kit.py holds every other kit name to be the
 seam's object).
 """
 
+from dsh.subagent._activity import ActivityStamp, ReportsActivity, last_activity
 from dsh.subagent._checks import check_one_shot_request
 from dsh.subagent._closing import CloseOnce
 from dsh.subagent._config_base import (
@@ -50,6 +54,7 @@ __all__ = [
     "MAX_GRACE_MS",
     "MAX_PREWARM",
     "WARM_START_TIMEOUT_S",
+    "ActivityStamp",
     "CloseOnce",
     "DoctorCheck",
     "EnvPolicy",
@@ -59,6 +64,7 @@ __all__ = [
     "ProductInstall",
     "ProviderBase",
     "ProviderConfigBase",
+    "ReportsActivity",
     "ResultLatch",
     "WarmPool",
     "bound_diagnostic",
@@ -68,6 +74,7 @@ __all__ = [
     "copy_home_template",
     "credential_checks",
     "failure_line",
+    "last_activity",
     "make_off_loop",
     "make_owned_dir",
     "owned_dir_prefix",
