@@ -73,6 +73,9 @@ def test_doctor_shows_each_instances_isolation_and_whether_a_template_is_set(
     monkeypatch.setenv("COLUMNS", "200")
     template = tmp_path / "secret-template-dir"
     template.mkdir()
+    with_login = tmp_path / "template-with-login"  # a template may bring a login file
+    with_login.mkdir()
+    (with_login / "auth.json").write_text("{}")
     # A login file the user has: a private instance never uses it, and says so.
     monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex"))
     (tmp_path / "codex").mkdir()
@@ -84,6 +87,8 @@ def test_doctor_shows_each_instances_isolation_and_whether_a_template_is_set(
         f'isolation = "private"\nhome_template = "{template}"\n'
         '[[provider]]\nkind = "claude-code"\n[provider.config]\nprovider_name = "cc-private"\n'
         'isolation = "private"\n'
+        '[[provider]]\nkind = "codex"\n[provider.config]\nprovider_name = "cx-tpl-login"\n'
+        f'isolation = "private"\nhome_template = "{with_login}"\n'
     )
     assert main(["doctor", "--profile", str(profile)]) == 0
     out = capsys.readouterr().out
@@ -97,4 +102,5 @@ def test_doctor_shows_each_instances_isolation_and_whether_a_template_is_set(
     assert ("cx-private", "isolation", "private (template set)", "yes") in rows
     assert ("cx-private", "login file", "not used (private home per run)", "yes") in rows
     assert ("cc-private", "isolation", "private (no template)", "yes") in rows
+    assert ("cx-tpl-login", "login file", "exists", "yes") in rows
     assert "secret-template-dir" not in out
