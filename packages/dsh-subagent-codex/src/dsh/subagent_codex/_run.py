@@ -50,6 +50,19 @@ run would then wait at ``turn-start`` forever. This bounds one protocol exchange
 the turn itself still has no wall-clock limit of ours."""
 
 
+def _is_retry_notice(frame: dict[str, Any]) -> bool:
+    """An ``error`` notification Codex will retry after: waiting, not activity.
+
+    With no network Codex retries forever by default ("Reconnecting... waiting for network",
+    ``unbounded_connection_retries``), sending one such notice per attempt; were they activity,
+    the stall limit could never end that run.
+    """
+    if frame.get("method") != "error":
+        return False
+    params = frame.get("params")
+    return isinstance(params, dict) and params.get("willRetry") is True
+
+
 class StartupFailure(Exception):
     """Internal: a pre-publication failure with its facts (the raw cause is ``__cause__``)."""
 
@@ -283,7 +296,8 @@ class CodexRun:
     async def _read(self) -> None:
         try:
             async for frame in read_frames(self._stdout, self._max_line):
-                self._activity.touch()
+                if not _is_retry_notice(frame):
+                    self._activity.touch()
                 if self._dead:
                     continue
                 self._dispatch(frame)
