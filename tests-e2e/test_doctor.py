@@ -35,11 +35,13 @@ def test_doctor_reports_both_pinned_products_healthy(
         ("codex", "package", f"{codex} {version(codex)}", "yes"),
         ("codex", "Codex version", "0.163.0", "yes"),
         ("codex", "Codex payload", "present and executable", "yes"),
+        ("codex", "isolation", "native", "yes"),
         ("codex", "credential variables", "none", "yes"),
         ("codex", "login file", "exists", "yes"),
         ("claude-code", "package", f"{claude} {version(claude)}", "yes"),
         ("claude-code", "claude-agent-sdk version", "0.2.189", "yes"),
         ("claude-code", "Claude Code payload", "present and executable", "yes"),
+        ("claude-code", "isolation", "native", "yes"),
         ("claude-code", "credential variables", "ANTHROPIC_API_KEY", "yes"),
         ("claude-code", "login file", "absent", "yes"),
     }
@@ -63,3 +65,42 @@ def test_doctor_profile_reports_each_instance_by_name(
     assert "codex-x" in row
     assert "MY_GATEWAY_TOKEN" in row
     assert "value-never-shown" not in out
+
+
+def test_doctor_shows_each_instances_isolation_and_whether_a_template_is_set(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    template = tmp_path / "secret-template-dir"
+    template.mkdir()
+    with_login = tmp_path / "template-with-login"  # a template may bring a login file
+    with_login.mkdir()
+    (with_login / "auth.json").write_text("{}")
+    # A login file the user has: a private instance never uses it, and says so.
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex"))
+    (tmp_path / "codex").mkdir()
+    (tmp_path / "codex" / "auth.json").write_text("{}")
+    profile = tmp_path / "p.toml"
+    profile.write_text(
+        '[[provider]]\nkind = "codex"\n[provider.config]\nprovider_name = "cx-native"\n'
+        '[[provider]]\nkind = "codex"\n[provider.config]\nprovider_name = "cx-private"\n'
+        f'isolation = "private"\nhome_template = "{template}"\n'
+        '[[provider]]\nkind = "claude-code"\n[provider.config]\nprovider_name = "cc-private"\n'
+        'isolation = "private"\n'
+        '[[provider]]\nkind = "codex"\n[provider.config]\nprovider_name = "cx-tpl-login"\n'
+        f'isolation = "private"\nhome_template = "{with_login}"\n'
+    )
+    assert main(["doctor", "--profile", str(profile)]) == 0
+    out = capsys.readouterr().out
+    rows = {
+        tuple(cell.strip() for cell in line.strip().strip("│").split("│"))
+        for line in out.splitlines()
+        if line.startswith("│")
+    }
+    assert ("cx-native", "isolation", "native", "yes") in rows
+    assert ("cx-native", "login file", "exists", "yes") in rows
+    assert ("cx-private", "isolation", "private (template set)", "yes") in rows
+    assert ("cx-private", "login file", "not used (private home per run)", "yes") in rows
+    assert ("cc-private", "isolation", "private (no template)", "yes") in rows
+    assert ("cx-tpl-login", "login file", "exists", "yes") in rows
+    assert "secret-template-dir" not in out

@@ -129,16 +129,18 @@ def test_each_provider_builds_on_the_kits_provider_base(
     assert [row.check for row in rows] == [
         install.version_label,
         install.payload_label,
+        "isolation",
         "credential variables",
         "login file",
     ]
     assert rows[2:] == [
+        DoctorCheck("isolation", "native", True),
         DoctorCheck("credential variables", "A_KEY", True),
         DoctorCheck("login file", "absent", True),
     ]
     login.parent.mkdir(parents=True)
     login.write_text("{}")
-    assert install.rows(config, [], {})[2:] == [
+    assert install.rows(config, [], {})[3:] == [
         DoctorCheck("credential variables", "none", True),
         DoctorCheck("login file", "exists", True),
     ]

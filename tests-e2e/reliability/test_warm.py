@@ -47,14 +47,36 @@ class Product:
     seen: Callable[[], int]
     base_url: str
     root: Path
+    private: bool = False
 
 
-@pytest.fixture(params=["codex", "claude-code"])
+PRIVATE_HOME_NAMES = ("HOME", "CODEX_HOME", "CODEX_SQLITE_HOME", "CLAUDE_CONFIG_DIR")
+
+
+def _private(make: Callable[..., Any], template: Path | None) -> Callable[..., Any]:
+    """``make`` under ``isolation = "private"`` (issue 24): the kit's hermetic homes dropped from
+    ``env``, the Codex home used as the template, so every warm guarantee is checked again with a
+    private home per process."""
+
+    def make_private(**fields: Any) -> Any:
+        provider = make(**fields)
+        native = provider.config
+        env = {k: v for k, v in native.env.items() if k not in PRIVATE_HOME_NAMES}
+        extra = {"home_template": str(template)} if template is not None else {}
+        update = {"env": env, "isolation": "private", **extra}
+        config = type(native).model_validate({**native.model_dump(), **update})
+        return type(provider)(config)
+
+    return make_private
+
+
+@pytest.fixture(params=["codex", "claude-code", "codex-private", "claude-code-private"])
 def product(request: pytest.FixtureRequest, kit: Any, codex: Any, claude: Any) -> Product:
-    if request.param == "codex":
+    private = request.param.endswith("-private")
+    if request.param.startswith("codex"):
         return Product(
             "codex",
-            codex.provider,
+            _private(codex.provider, codex.home) if private else codex.provider,
             lambda cwd, text: kit.request(cwd, text, "codex"),
             codex.workspace,
             lambda: codex.server.queue_text("WARM-OK", phase="final_answer"),
@@ -62,10 +84,11 @@ def product(request: pytest.FixtureRequest, kit: Any, codex: Any, claude: Any) -
             lambda: len(codex.server.requests),
             codex.server.base_url,
             codex.home,
+            private,
         )
     return Product(
         "claude-code",
-        claude.provider,
+        _private(claude.provider, None) if private else claude.provider,
         lambda cwd, text: kit.request(cwd, text, "claude-code"),
         claude.workspace,
         lambda: claude.server.queue_text("WARM-OK"),
@@ -73,6 +96,7 @@ def product(request: pytest.FixtureRequest, kit: Any, codex: Any, claude: Any) -
         lambda: len(claude.server.requests),
         claude.server.base_url,
         claude.root,
+        private,
     )
 
 
@@ -218,7 +242,9 @@ async def test_provider_aclose_closes_idle_warm_processes(kit: Any, product: Pro
 async def test_closing_the_harness_closes_its_providers_warm_processes(
     kit: Any, product: Product
 ) -> None:
-    config = product.make().config.model_dump(include={"env", "stderr"})
+    config = product.make().config.model_dump(
+        include={"env", "stderr", "isolation", "home_template"}
+    )
     profile = {"provider": [{"kind": product.name, "config": {**config, "prewarm": 1}}]}
     async with Harness.from_profile(profile) as harness:
         provider = harness.subagents.get(product.name)
@@ -311,6 +337,7 @@ async def test_warm_processes_of_a_killed_host_are_gone(
             str(product.workspace),
             "2",
             *(() if supervised else ("plain",)),
+            *(("private",) if product.private else ()),
         ],
         env={"TMPDIR": str(tmp_path / "host-tmp")},
         stdout="pipe",

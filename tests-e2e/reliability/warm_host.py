@@ -1,13 +1,13 @@
 """A host that keeps warm product processes and then waits to be killed (run as a program).
 
-``warm_host.py <codex|claude-code> <base_url> <root> <workspace> <prewarm> [plain]``: builds the
-provider with ``prewarm``, runs one delegation to completion (a cold start; it triggers the
-warming), waits until ``prewarm`` warm processes are idle, prints their pids as one JSON line,
-and sleeps (bounded) so the test can SIGKILL it. It first forks a child that holds the warm
-processes' stdin open, so they do not see the EOF that would end them when the host dies (both
-products exit on stdin EOF when idle): only their supervisors, or without supervisors (``plain``,
-dsh.subprocess's fallback) only ``reap_orphans()``, can remove them then. It prints that child's
-pid too (the test kills it).
+``warm_host.py <codex|claude-code> <base_url> <root> <workspace> <prewarm> [plain] [private]``:
+builds the provider with ``prewarm`` (``private``: under ``isolation = "private"``), runs one
+delegation to completion (a cold start; it triggers the warming), waits until ``prewarm`` warm
+processes are idle, prints their pids as one JSON line, and sleeps (bounded) so the test can
+SIGKILL it. It first forks a child that holds the warm processes' stdin open, so they do not see
+the EOF that would end them when the host dies (both products exit on stdin EOF when idle): only
+their supervisors, or without supervisors (``plain``, dsh.subprocess's fallback) only
+``reap_orphans()``, can remove them then. It prints that child's pid too (the test kills it).
 """
 
 import asyncio
@@ -26,7 +26,8 @@ LIFETIME_S = 60.0
 
 async def main() -> None:
     kind, base_url, root, workspace, prewarm = sys.argv[1:6]
-    provider = build_provider(kind, base_url, root, prewarm=int(prewarm))
+    private = "private" in sys.argv[6:]
+    provider = build_provider(kind, base_url, root, prewarm=int(prewarm), private=private)
     request = ResolvedStartRequest(
         prompt=(TextBlock("warm-host"),),
         parent=Parent(session_id="warm-host", cwd=workspace),
@@ -50,7 +51,7 @@ async def main() -> None:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    if sys.argv[6:] == ["plain"]:
+    if "plain" in sys.argv[6:]:
         from dsh.subprocess import _process
 
         _process._SUPERVISED = False

@@ -99,3 +99,14 @@ def test_pinned_versions() -> None:
     assert claude_agent_sdk.__version__ == "0.2.189"
     assert __cli_version__ == "2.1.332"
     assert os.access(bundled_cli(), os.X_OK)
+
+
+def test_private_isolation_appends_the_sdks_own_spelling_of_no_setting_sources() -> None:
+    cli = bundled_cli()
+    native = cli_argv(cli, ClaudeCodeProviderConfig())
+    private = cli_argv(cli, ClaudeCodeProviderConfig(isolation="private"))
+    assert private == [*native, "--setting-sources=", "--strict-mcp-config"]
+    # The SDK spells an empty setting_sources the same way (one argument, empty value).
+    options = ClaudeAgentOptions(cli_path=cli, setting_sources=[])
+    sdk = SubprocessCLITransport(prompt="", options=options)._build_command()
+    assert "--setting-sources=" in sdk

@@ -105,12 +105,12 @@ def test_doctor_names_credential_sources_never_values(
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-secret-value")
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path))
     provider = ClaudeCodeProvider(ClaudeCodeProviderConfig(inherit_env=["NOT_SET"]))
-    assert provider.doctor()[2:] == [
+    assert provider.doctor()[3:] == [
         DoctorCheck("credential variables", "ANTHROPIC_API_KEY", True),
         DoctorCheck("login file", "absent", True),
     ]
     (tmp_path / ".credentials.json").write_text("{}")
-    assert provider.doctor()[3] == DoctorCheck("login file", "exists", True)
+    assert provider.doctor()[4] == DoctorCheck("login file", "exists", True)
     assert "sk-secret-value" not in repr(provider.doctor())
     assert str(tmp_path) not in repr(provider.doctor())
     assert provider.forwarded_env_names() == ("ANTHROPIC_API_KEY",)

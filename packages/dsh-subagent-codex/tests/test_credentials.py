@@ -75,13 +75,13 @@ def test_doctor_names_credential_sources_never_values(
     monkeypatch.delenv("CODEX_API_KEY", raising=False)
     monkeypatch.setenv("CODEX_HOME", str(tmp_path))
     provider = CodexProvider(CodexProviderConfig(env={"MY_PROVIDER_KEY": "k", "RUST_LOG": "x"}))
-    rows = provider.doctor()[2:]
+    rows = provider.doctor()[3:]
     assert rows == [
         DoctorCheck("credential variables", "MY_PROVIDER_KEY, OPENAI_API_KEY", True),
         DoctorCheck("login file", "absent", True),
     ]
     (tmp_path / "auth.json").write_text("{}")
-    assert provider.doctor()[3] == DoctorCheck("login file", "exists", True)
+    assert provider.doctor()[4] == DoctorCheck("login file", "exists", True)
     assert "sk-secret-value" not in repr(provider.doctor())
     assert str(tmp_path) not in repr(provider.doctor())
     assert provider.forwarded_env_names() == ("MY_PROVIDER_KEY", "OPENAI_API_KEY", "RUST_LOG")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
+from typing import ClassVar
 
 import pydantic
 import pytest
@@ -22,6 +24,9 @@ def test_all_names_exist_once() -> None:
 def test_the_kit_names_are_the_seam_objects() -> None:
     # Nothing moved: the names the tool layer imports from dsh.subagent are the kit's.
     kit_only = {"EnvPolicy", "MAX_GRACE_MS", "MAX_PREWARM", "ProviderConfigBase"}
+    kit_only |= {"ISOLATION_MODES", "Isolation", "copy_home_template", "make_owned_dir"}
+    kit_only |= {"make_off_loop"}
+    kit_only |= {"owned_dir_prefix", "sweep_lost_dirs", "sweep_lost_dirs_once"}
     for name in set(kit.__all__) - kit_only - {"WARM_START_TIMEOUT_S", "WarmPool"}:
         assert getattr(kit, name) is getattr(dsh.subagent, name), name
 
@@ -73,12 +78,47 @@ def test_defaults() -> None:
         ({"env": {"A=B": "x"}}, "env"),
         ({"inherit_env": [""]}, "inherit_env"),
         ({"unknown": 1}, "unknown"),
+        ({"isolation": "shared"}, "isolation"),
+        ({"isolation": "private", "home_template": "relative/dir"}, "home_template"),
+        ({"isolation": "private", "home_template": " "}, "home_template"),
+        ({"isolation": "private", "home_template": "/no/such/dsh/template"}, "home_template"),
     ],
 )
 def test_the_shared_checks_name_the_field(fields: dict[str, object], field: str) -> None:
     with pytest.raises(pydantic.ValidationError) as caught:
         _Config.model_validate(fields)
     assert caught.value.errors()[0]["loc"] == (field,)
+
+
+class _Homed(kit.ProviderConfigBase):
+    private_home_env: ClassVar[tuple[str, ...]] = ("PRODUCT_HOME", "HOME")
+
+
+def test_isolation_defaults_to_native_and_private_takes_an_existing_template(
+    tmp_path: Path,
+) -> None:
+    assert _Config().isolation == "native"
+    assert _Config().home_template is None
+    config = _Homed(isolation="private", home_template=str(tmp_path))
+    assert (config.isolation, config.home_template) == ("private", str(tmp_path))
+    # Native leaves the product's own names alone: the deployment points them where it likes.
+    assert _Homed(env={"HOME": "/h", "PRODUCT_HOME": "/p"}).isolation == "native"
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"home_template": "/"}, 'home_template needs isolation = "private"'),
+        ({"isolation": "private", "env": {"HOME": "/h"}}, "env must not set HOME"),
+        (
+            {"isolation": "private", "inherit_env": ["PRODUCT_HOME", "X"]},
+            "inherit_env must not set PRODUCT_HOME",
+        ),
+    ],
+)
+def test_private_isolation_checks_name_the_field(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(pydantic.ValidationError, match=re.escape(message)):
+        _Homed.model_validate(fields)
 
 
 def test_frozen() -> None:

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dsh.subprocess import (
+    AGENT_SOCKET_NAMES,
     CORE_ENV_NAMES,
     SCRUB_EXEMPT_NAMES,
     TREE_MARKER_ENV,
@@ -45,9 +46,11 @@ LEAKED = {
     "DB_PASSWD": "pw",
     "GPG_PASSPHRASE": "pw",
     "GH_PAT": "ghp",
+    # Agent sockets sign with every loaded key: a credential (forwarded only by name).
+    "SSH_AUTH_SOCK": "/run/user/1/ssh.sock",
+    "GPG_AGENT_INFO": "/run/user/1/gnupg/S.gpg-agent:0:1",
 }
 KEPT = {
-    "SSH_AUTH_SOCK": "/run/user/1/ssh.sock",
     "PWD": "/w",
     "OLDPWD": "/",
     "GIT_AUTHOR_NAME": "A",
@@ -116,10 +119,21 @@ def test_core_policy_pure() -> None:
         "HTTPS_PROXY": "http://proxy:3128",
     }
     assert policy_overlay("scrub", environ=ambient) == {}
-    assert set(policy_overlay("core", environ=ambient)) >= {"OTHER", "PWD", "SSH_AUTH_SOCK"}
+    assert set(policy_overlay("core", environ=ambient)) >= {"OTHER", "PWD"}
     with pytest.raises(ValueError, match="env policy"):
         policy_overlay("everything", environ=ambient)  # type: ignore[arg-type]
-    assert {"PWD", "OLDPWD", "SSH_AUTH_SOCK"} <= SCRUB_EXEMPT_NAMES
+    assert {"PWD", "OLDPWD"} <= SCRUB_EXEMPT_NAMES
+    assert not AGENT_SOCKET_NAMES & SCRUB_EXEMPT_NAMES
+
+
+def test_agent_sockets_are_credentials_forwarded_only_by_name() -> None:
+    ambient = {"SSH_AUTH_SOCK": "/run/user/1/ssh.sock", "GPG_AGENT_INFO": "/g:0:1", "PATH": "/b"}
+    assert set(AGENT_SOCKET_NAMES) == {"SSH_AUTH_SOCK", "GPG_AGENT_INFO"}
+    assert all(is_credential_env(name, value) for name, value in ambient.items() if name != "PATH")
+    assert build_child_env(environ=ambient) == {"PATH": "/b"}
+    forwarding = EnvForwarding(forward=("SSH_AUTH_SOCK",))
+    child = build_child_env(forwarding.overlay(ambient), environ=ambient)
+    assert child == {"PATH": "/b", "SSH_AUTH_SOCK": "/run/user/1/ssh.sock"}
 
 
 def test_env_forwarding_overlay_names_and_hidden_names() -> None:

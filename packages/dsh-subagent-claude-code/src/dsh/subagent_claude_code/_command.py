@@ -65,6 +65,11 @@ def cli_argv(cli: str, config: ClaudeCodeProviderConfig) -> list[str]:
     argv += ["--include-partial-messages"]
     argv += ["--no-session-persistence"]
     argv += ["--input-format", "stream-json"]
+    if config.isolation == "private":
+        # No user, project or local settings and only the MCP servers dsh passes (none): the
+        # private HOME and CLAUDE_CONFIG_DIR already hide the user's own; this also keeps the
+        # project's (.claude/ and .mcp.json in the cwd) out.
+        argv += ["--setting-sources=", "--strict-mcp-config"]
     return argv
 
 

@@ -10,14 +10,13 @@ cloud names; see docs/decisions.md.)
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import re
 import shlex
 import shutil
 import tempfile
 from pathlib import Path
 
+from dsh.subagent.kit import copy_home_template, make_off_loop
 from dsh.subagent_claude_code._run_dirs import run_dir_prefix
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
 from dsh.subprocess import EnvForwarding
@@ -25,9 +24,13 @@ from dsh.subprocess import EnvForwarding
 __all__ = [
     "CLAUDE_CONFIG_DIR_ENV",
     "ENV_FILE_NAME",
+    "PRIVATE_CONFIG_DIR",
+    "PRIVATE_HOME_DIR",
     "forwarding",
     "make_run_dir",
     "make_run_dir_off_loop",
+    "private_home_overlay",
+    "private_settings_file",
     "tool_env_script",
 ]
 
@@ -35,6 +38,10 @@ CLAUDE_CONFIG_DIR_ENV = ("CLAUDE_CONFIG_DIR",)
 """The product's own config names: the ``core`` policy keeps them."""
 
 ENV_FILE_NAME = "dsh-tool-env.sh"
+PRIVATE_HOME_DIR = "home"
+"""Under ``isolation = "private"``: the CLI's ``HOME``, inside the run dir (empty)."""
+PRIVATE_CONFIG_DIR = "claude-config"
+"""Under ``isolation = "private"``: the CLI's ``CLAUDE_CONFIG_DIR`` (the template's copy)."""
 _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -67,27 +74,39 @@ def make_run_dir(config: ClaudeCodeProviderConfig) -> tuple[str, str]:
     (the same user can still change it on purpose; see the provider page's limits).
     """
     run_dir = tempfile.mkdtemp(prefix=run_dir_prefix())
-    script = Path(run_dir) / ENV_FILE_NAME
-    script.write_text(tool_env_script(config), encoding="utf-8")
-    script.chmod(0o400)
+    try:
+        script = Path(run_dir) / ENV_FILE_NAME
+        script.write_text(tool_env_script(config), encoding="utf-8")
+        script.chmod(0o400)
+        if config.isolation == "private":
+            (Path(run_dir) / PRIVATE_HOME_DIR).mkdir(mode=0o700)
+            (Path(run_dir) / PRIVATE_CONFIG_DIR).mkdir(mode=0o700)
+            copy_home_template(config.home_template, Path(run_dir) / PRIVATE_CONFIG_DIR)
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     return run_dir, str(script)
 
 
+def private_home_overlay(config: ClaudeCodeProviderConfig, run_dir: str) -> dict[str, str]:
+    """``HOME`` and ``CLAUDE_CONFIG_DIR`` inside ``run_dir`` under ``private``; else nothing."""
+    if config.isolation != "private":
+        return {}
+    return {
+        "HOME": str(Path(run_dir) / PRIVATE_HOME_DIR),
+        "CLAUDE_CONFIG_DIR": str(Path(run_dir) / PRIVATE_CONFIG_DIR),
+    }
+
+
+def private_settings_file(config: ClaudeCodeProviderConfig, run_dir: str) -> str | None:
+    """The private config dir's ``settings.json`` when the template brought one (under
+    ``private`` no setting source is read, so the CLI is handed it with ``--settings``)."""
+    if config.isolation != "private" or config.home_template is None:
+        return None
+    path = Path(run_dir) / PRIVATE_CONFIG_DIR / "settings.json"
+    return str(path) if path.is_file() else None
+
+
 async def make_run_dir_off_loop(config: ClaudeCodeProviderConfig) -> tuple[str, str]:
-    """``make_run_dir`` in a worker thread: creating files can block on the filesystem.
-
-    Eight runs starting at once held the event loop for about 0.7 ms each here. A cancelled
-    caller never leaks the dir: it is removed as soon as the thread has made it.
-    """
-    making = asyncio.ensure_future(asyncio.to_thread(make_run_dir, config))
-    try:
-        return await asyncio.shield(making)
-    except asyncio.CancelledError:
-        making.add_done_callback(_remove_made_dir)
-        raise
-
-
-def _remove_made_dir(making: asyncio.Future[tuple[str, str]]) -> None:
-    if not making.cancelled() and making.exception() is None:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(making.result()[0])
+    """``make_run_dir`` in a worker thread; a cancelled caller never leaks the dir."""
+    return await make_off_loop(lambda: make_run_dir(config), lambda made: made[0])

@@ -20,6 +20,8 @@ from dsh.subagent_claude_code._env import (
     CLAUDE_CONFIG_DIR_ENV,
     forwarding,
     make_run_dir_off_loop,
+    private_home_overlay,
+    private_settings_file,
 )
 from dsh.subagent_claude_code._mapping import PRODUCT
 from dsh.subagent_claude_code._run import PREFIX, ClaudeCodeRun, StartupExit
@@ -113,12 +115,17 @@ class ClaudeCodeProvider(ProviderBase[ClaudeCodeProviderConfig]):
         """A run (not yet spawned) for ``argv`` in ``cwd``, with its own run dir."""
         # One run-owned dir (removed with the run): the private TMPDIR when enabled, and always
         # the home of the Bash-tool env script.
+        # Under private isolation it also holds the private HOME and CLAUDE_CONFIG_DIR.
         run_dir, env_file = await make_run_dir_off_loop(self.config)
         tmp_dir = run_dir if self.config.private_tmp else None
+        settings = private_settings_file(self.config, run_dir)
+        if settings is not None:
+            argv = [*argv, "--settings", settings]
+        private = private_home_overlay(self.config, run_dir)
         spec = SpawnSpec(
             argv=argv,
             cwd=cwd,
-            env={**env, **run_dir_overlay(tmp_dir, env_file)},
+            env={**env, **run_dir_overlay(tmp_dir, env_file), **private},
             stdin="pipe",
             stdout="pipe",
             stderr="pipe",

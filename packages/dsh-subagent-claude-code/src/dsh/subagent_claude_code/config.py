@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from dsh.subagent.kit import ProviderConfigBase
 
@@ -28,8 +28,12 @@ class ClaudeCodeProviderConfig(ProviderConfigBase):
     The name, model, env, forwarding, grace, stderr and niceness fields come from
     ``ProviderConfigBase`` (``tool_env`` names what the Bash tool's commands may still see).
     Login, model provider, base URL and retries stay native Claude Code configuration, supplied
-    through ``env`` and ``inherit_env``.
+    through ``env`` and ``inherit_env``. Under ``isolation = "private"`` each run's CLI gets its
+    own ``HOME`` and ``CLAUDE_CONFIG_DIR`` in its run dir (``home_template`` copied into the
+    config dir), no setting sources and only the MCP servers dsh passes (none).
     """
+
+    private_home_env: ClassVar[tuple[str, ...]] = ("HOME", "CLAUDE_CONFIG_DIR")
 
     provider_name: str = "claude-code"
     credential_env: tuple[str, ...] = CLAUDE_CREDENTIAL_ENV

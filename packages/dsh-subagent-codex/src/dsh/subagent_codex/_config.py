@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from dsh.subagent.kit import ProviderConfigBase
 
@@ -20,8 +20,12 @@ class CodexProviderConfig(ProviderConfigBase):
     The name, model, env, forwarding, grace, stderr and niceness fields come from
     ``ProviderConfigBase``.
     Everything not listed (``CODEX_HOME``, login, model provider, MCP servers, retries) is native
-    Codex configuration that the deployment supplies through ``env`` and ``CODEX_HOME``.
+    Codex configuration that the deployment supplies through ``env`` and ``CODEX_HOME``, or,
+    under ``isolation = "private"``, through ``home_template`` (copied into each run's own
+    ``CODEX_HOME``).
     """
+
+    private_home_env: ClassVar[tuple[str, ...]] = ("CODEX_HOME", "CODEX_SQLITE_HOME", "HOME")
 
     provider_name: str = "codex"
     credential_env: tuple[str, ...] = CODEX_CREDENTIAL_ENV

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
 import os
+import shutil
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from importlib import metadata
 from typing import Any
@@ -17,6 +19,11 @@ from dsh.subagent_codex._config import CodexProviderConfig
 from dsh.subagent_codex._env import forwarding, tool_env_override
 from dsh.subagent_codex._first_start import first_start_guard
 from dsh.subagent_codex._mapping import MODE_FIELDS, OPT_OUT_NOTIFICATIONS, PREFIX, PRODUCT
+from dsh.subagent_codex._private import (
+    make_private_dir,
+    private_overlay,
+    sweep_lost_private_dirs_once,
+)
 from dsh.subagent_codex._run import CodexRun, StartupFailure
 from dsh.subagent_codex._warm import CodexSteps, WarmCodex
 from dsh.subagent_codex._wire import MAX_LINE_BYTES
@@ -66,6 +73,12 @@ def _reject(message: str) -> ProductFailure:
 
 def _failure(stage: str) -> ProductFailure:
     return ProductFailure.from_facts(PREFIX, FailureFacts(PRODUCT, stage, "unknown"))
+
+
+async def _remove_private_dir(private_dir: str | None) -> None:
+    """A private dir whose process never started goes at once (its run never owned it)."""
+    if private_dir is not None:
+        await asyncio.to_thread(shutil.rmtree, private_dir, True)
 
 
 _INSTALL = ProductInstall(
@@ -133,6 +146,7 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
             request, prefix=PREFIX, unusable_cwd=lambda: _failure("initialize")
         )
         await reap_orphans_once()
+        sweep_lost_private_dirs_once()  # private homes dead owners left (any instance's)
         key = self._warm.key(cwd) if self.config.prewarm > 0 else None
         if key is None:
             return await self._spawn_and_publish(cwd, list(texts))
@@ -193,12 +207,20 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
     ) -> CodexRun:
         """Spawn ``codex app-server`` in ``cwd``, initialize it and settle its credentials.
 
+        Under ``private`` isolation the process gets its own private dir (removed with it).
         Failures are the safe ``ProductFailure`` of their stage, after the tree has exited.
         """
+        private_dir: str | None = None
         try:
             argv, env = argv_env()
+            if self.config.isolation == "private":
+                private_dir = await make_private_dir(self.config)
+                env = {**env, **private_overlay(private_dir)}
             auth = plan_auth(env)
-        except (OSError, ImportError, ValueError) as exc:
+        except BaseException as exc:
+            await _remove_private_dir(private_dir)
+            if not isinstance(exc, (OSError, ImportError, ValueError)):
+                raise
             failure = _failure("initialize")
             _log.info("%s", failure)
             raise failure from exc
@@ -206,11 +228,12 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
         argv = [*argv[:-3], *auth.extra_args, *argv[-3:]]
         guard = (
             first_start_guard(auth.home, _product_version())
-            if self._program is None
-            else contextlib.nullcontext()  # a scripted stand-in creates no state databases
+            if self._program is None and private_dir is None
+            # A scripted stand-in creates no state databases; a private home has one process.
+            else contextlib.nullcontext()
         )
         async with guard:
-            run = await self._spawn_process(cwd, argv, env, auth)
+            run = await self._spawn_process(cwd, argv, env, auth, private_dir)
             await self._or_rollback(run, run.initialize(_client_info(), _capabilities()))
         await self._or_rollback(run, run.authenticate(auth.key(env)))
         return run
@@ -224,7 +247,12 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
             raise  # unreachable: _rollback always raises
 
     async def _spawn_process(
-        self, cwd: str, argv: list[str], env: dict[str, str | None], auth: AuthPlan
+        self,
+        cwd: str,
+        argv: list[str],
+        env: dict[str, str | None],
+        auth: AuthPlan,
+        private_dir: str | None,
     ) -> CodexRun:
         config = self.config
         try:
@@ -239,7 +267,10 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
                 nice=config.nice,
             )
             proc = await default_runtime().spawn(spec)
-        except (OSError, ImportError, SpawnError, ValueError) as exc:
+        except BaseException as exc:
+            await _remove_private_dir(private_dir)
+            if not isinstance(exc, (OSError, ImportError, SpawnError, ValueError)):
+                raise
             failure = _failure("initialize")
             _log.info("%s", failure)
             raise failure from exc
@@ -249,6 +280,7 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
             grace_s=config.dispose_grace_ms / 1000.0,
             max_line=self._max_line,
             auth=auth,
+            private_dir=private_dir,
         )
 
     async def _rollback(self, run: CodexRun, exc: BaseException) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import uuid
 from types import TracebackType
 from typing import Any, Self
@@ -91,8 +92,10 @@ class CodexRun:
         grace_s: float,
         max_line: int,
         auth: AuthPlan | None = None,
+        private_dir: str | None = None,
     ) -> None:
         self._id = str(uuid.uuid4())
+        self._private_dir = private_dir
         self._proc = proc
         assert proc.stdin is not None
         assert proc.stdout is not None
@@ -552,3 +555,10 @@ class CodexRun:
                 if task is not None:
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
+            await self._remove_private_dir()
+
+    async def _remove_private_dir(self) -> None:
+        """The private home goes once the tree is down (or its teardown has given up)."""
+        if self._private_dir is not None:
+            path, self._private_dir = self._private_dir, None
+            await asyncio.to_thread(shutil.rmtree, path, True)

@@ -10,13 +10,28 @@ product-specific fields.
 
 from __future__ import annotations
 
-from typing import Literal
+from pathlib import Path
+from typing import ClassVar, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from dsh.subagent._env_config import check_env_names, check_env_overlay
 
-__all__ = ["MAX_GRACE_MS", "MAX_PREWARM", "EnvPolicy", "ProviderConfigBase"]
+__all__ = [
+    "ISOLATION_MODES",
+    "MAX_GRACE_MS",
+    "MAX_PREWARM",
+    "EnvPolicy",
+    "Isolation",
+    "ProviderConfigBase",
+]
 
 # The seam does not depend on dsh.subprocess (dsh-subagent's only requirement is pydantic), so the
 # two spawn-layer facts the config checks are restated here; tests-e2e/test_provider_config_base.py
@@ -29,6 +44,10 @@ MAX_PREWARM = 16
 
 EnvPolicy = Literal["scrub", "core"]
 """The env policies of ``dsh.subprocess`` (``scrub`` or ``core``)."""
+
+Isolation = Literal["native", "private"]
+"""``native``: the product reads the deployment user's own setup; ``private``: a per-run home."""
+ISOLATION_MODES: tuple[Isolation, ...] = ("native", "private")
 
 
 class ProviderConfigBase(BaseModel):
@@ -57,6 +76,15 @@ class ProviderConfigBase(BaseModel):
     """The product tree's CPU niceness (see ``SpawnSpec.nice``); None keeps the harness's."""
     prewarm: int = Field(default=0, ge=0, le=MAX_PREWARM, strict=True)
     """Warm product processes kept spawned and initialised for the next delegations (0: none)."""
+    isolation: Isolation = "native"
+    """``native`` (the product reads the user's own setup) or ``private`` (a fresh home per run
+    and per warm process, removed after whole-tree exit; see docs/profiles.md)."""
+    home_template: str | None = None
+    """Under ``private``: an absolute directory copied (never linked) into each private home."""
+
+    private_home_env: ClassVar[tuple[str, ...]] = ()
+    """The names a private home sets (a subclass lists its product's); ``env`` and
+    ``inherit_env`` must not name them under ``private``: the private home would silently win."""
 
     @field_validator("provider_name")
     @classmethod
@@ -83,3 +111,29 @@ class ProviderConfigBase(BaseModel):
     def _names_valid(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
         check_env_names(value, info.field_name or "inherit_env")
         return value
+
+    @field_validator("home_template")
+    @classmethod
+    def _template_valid(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.strip() or not Path(value).is_absolute():
+            raise ValueError("home_template must be an absolute directory path")
+        if not Path(value).is_dir():
+            raise ValueError("home_template must name an existing directory")
+        return value
+
+    @model_validator(mode="after")
+    def _isolation_consistent(self) -> Self:
+        if self.isolation != "private":
+            if self.home_template is not None:
+                raise ValueError('home_template needs isolation = "private"')
+            return self
+        for field_name, names in (("env", set(self.env)), ("inherit_env", set(self.inherit_env))):
+            clash = sorted(names & set(self.private_home_env))
+            if clash:
+                raise ValueError(
+                    f'{field_name} must not set {", ".join(clash)} under isolation = "private"'
+                    " (the private home sets it)"
+                )
+        return self

@@ -2,11 +2,12 @@
 
 Both product providers are built from a ``ProviderConfigBase`` subclass the same way (the
 registry calls ``from_config(mapping)``), are named by ``provider_name`` and answer ``dsh
-doctor`` with the same three kinds of row: the pinned distribution's version, whether the
-product's executable is there, and the credential sources (variable names, a login file under
-the product's config dir). What differs is data (``ProductInstall``) and two hooks a provider
-defines: ``forwarded_env_names`` and ``start``. The spawn layer is not imported here (the seam
-does not depend on it), so the credential names come from the provider.
+doctor`` with the same four kinds of row: the pinned distribution's version, whether the
+product's executable is there, the isolation mode, and the credential sources (variable
+names, a login file under the product's config dir). What differs is data
+(``ProductInstall``) and two hooks a provider defines: ``forwarded_env_names`` and
+``start``. The spawn layer is not imported here (the seam does not depend on it), so the
+credential names come from the provider.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dsh.subagent._config_base import ProviderConfigBase
 from dsh.subagent._doctor import DoctorCheck, credential_checks, payload_check, version_check
 from dsh.subagent._types import NO_START_CAPABILITIES, Capabilities
 
-__all__ = ["ProductInstall", "ProviderBase"]
+__all__ = ["ProductInstall", "ProviderBase", "isolation_check"]
 
 ConfigT = TypeVar("ConfigT", bound=ProviderConfigBase)
 
@@ -49,8 +50,13 @@ class ProductInstall:
     login_command: str = ""
     """The product's own login command (named in the login hint), e.g. ``codex login``."""
 
-    def login_path(self, config: ProviderConfigBase, environ: Mapping[str, str]) -> Path:
-        """Where this instance's product looks for its login file."""
+    def login_path(self, config: ProviderConfigBase, environ: Mapping[str, str]) -> Path | None:
+        """Where this instance's product looks for its login file. Under ``private`` isolation
+        only the template's copy counts (``None`` without a template): the user's is never read.
+        """
+        if config.isolation == "private":
+            template = config.home_template
+            return None if template is None else Path(template) / self.login_file
         configured = config.env.get(self.config_dir_env) or environ.get(self.config_dir_env)
         if configured:
             return Path(configured) / self.login_file
@@ -65,11 +71,26 @@ class ProductInstall:
     ) -> list[DoctorCheck]:
         """The version, payload and credential rows (names and "exists / absent" only)."""
         ambient: Mapping[str, str] = os.environ if environ is None else environ
+        login = self.login_path(config, ambient)
+        credentials = credential_checks(credential_names, [] if login is None else [login])
+        if config.isolation == "private" and not (login is not None and login.is_file()):
+            # The user's login file is never read: each run's home starts from the template.
+            credentials[1] = DoctorCheck("login file", "not used (private home per run)", True)
         return [
             version_check(self.version_label, self.distribution),
             payload_check(self.payload_label, self.locate_payload),
-            *credential_checks(credential_names, [self.login_path(config, ambient)]),
+            isolation_check(config),
+            *credentials,
         ]
+
+
+def isolation_check(config: ProviderConfigBase) -> DoctorCheck:
+    """The instance's isolation mode; for ``private``, whether a ``home_template`` is set (the
+    row shows no path)."""
+    if config.isolation != "private":
+        return DoctorCheck("isolation", "native", True)
+    template = "template set" if config.home_template is not None else "no template"
+    return DoctorCheck("isolation", f"private ({template})", True)
 
 
 class ProviderBase(abc.ABC, Generic[ConfigT]):
@@ -125,7 +146,8 @@ class ProviderBase(abc.ABC, Generic[ConfigT]):
                 continue
             if env[name] if name in env else ambient.get(name):
                 return ""
-        if self.install.login_path(self.config, ambient).is_file():
+        login = self.install.login_path(self.config, ambient)
+        if login is not None and login.is_file():
             return ""
         install = self.install
         ways = []

@@ -6,10 +6,11 @@ every product provider applies before spawning, the safe-diagnostic helpers, the
 the close-once helper, the ``doctor()`` row builders, the env checks, the config base with the
 fields both product providers share, ``ProviderBase`` (with ``ProductInstall``): the
 ``from_config``, ``name`` and ``doctor()`` both product providers share, the pool of warm
-processes (``WarmPool``, for ``prewarm``), and the activity stamp (``ActivityStamp``: a run
+processes (``WarmPool``, for ``prewarm``), the activity stamp (``ActivityStamp``: a run
 ``touch()``-es it on every message it reads from its product and exposes it as the
 ``last_activity`` property, which the caller's stall limit reads; ``ReportsActivity`` and
-``last_activity(run)`` are the reading side). The names other than ``ProviderConfigBase``,
+``last_activity(run)`` are the reading side), and owner-named run dirs (their sweep, the
+private-home template copy). The names other than ``ProviderConfigBase``,
 ``WarmPool`` and their constants are also importable from :mod:`dsh.subagent` (the tool layer
 uses ``CloseOnce`` and ``DoctorCheck``; tests/test_kit.py holds every other kit name to be the
 seam's object).
@@ -18,7 +19,14 @@ seam's object).
 from dsh.subagent._activity import ActivityStamp, ReportsActivity, last_activity
 from dsh.subagent._checks import check_one_shot_request
 from dsh.subagent._closing import CloseOnce
-from dsh.subagent._config_base import MAX_GRACE_MS, MAX_PREWARM, EnvPolicy, ProviderConfigBase
+from dsh.subagent._config_base import (
+    ISOLATION_MODES,
+    MAX_GRACE_MS,
+    MAX_PREWARM,
+    EnvPolicy,
+    Isolation,
+    ProviderConfigBase,
+)
 from dsh.subagent._diagnostics import (
     MAX_DIAGNOSTIC_BYTES,
     FailureFacts,
@@ -28,11 +36,20 @@ from dsh.subagent._diagnostics import (
 from dsh.subagent._doctor import DoctorCheck, credential_checks, payload_check, version_check
 from dsh.subagent._env_config import check_env_names, check_env_overlay
 from dsh.subagent._latch import ResultLatch
+from dsh.subagent._owned_dirs import (
+    copy_home_template,
+    make_off_loop,
+    make_owned_dir,
+    owned_dir_prefix,
+    sweep_lost_dirs,
+    sweep_lost_dirs_once,
+)
 from dsh.subagent._provider_base import ProductInstall, ProviderBase
 from dsh.subagent._warm import WARM_START_TIMEOUT_S, WarmPool
 from dsh.subagent.errors import ProductFailure
 
 __all__ = [
+    "ISOLATION_MODES",
     "MAX_DIAGNOSTIC_BYTES",
     "MAX_GRACE_MS",
     "MAX_PREWARM",
@@ -42,6 +59,7 @@ __all__ = [
     "DoctorCheck",
     "EnvPolicy",
     "FailureFacts",
+    "Isolation",
     "ProductFailure",
     "ProductInstall",
     "ProviderBase",
@@ -53,9 +71,15 @@ __all__ = [
     "check_env_names",
     "check_env_overlay",
     "check_one_shot_request",
+    "copy_home_template",
     "credential_checks",
     "failure_line",
     "last_activity",
+    "make_off_loop",
+    "make_owned_dir",
+    "owned_dir_prefix",
     "payload_check",
+    "sweep_lost_dirs",
+    "sweep_lost_dirs_once",
     "version_check",
 ]

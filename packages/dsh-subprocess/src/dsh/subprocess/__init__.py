@@ -7,6 +7,7 @@ Spawn through a ``SubprocessRuntime`` (``default_runtime()`` is the process-wide
 from importlib import metadata as _metadata
 
 from dsh.subprocess._env import (
+    AGENT_SOCKET_NAMES,
     CORE_ENV_NAMES,
     CREDENTIAL_VALUE_PATTERN,
     DSH_ENV_PREFIX,
@@ -43,6 +44,7 @@ except _metadata.PackageNotFoundError:  # imported from a source tree that is no
     __version__ = "0+unknown"
 
 __all__ = [
+    "AGENT_SOCKET_NAMES",
     "CORE_ENV_NAMES",
     "CREDENTIAL_VALUE_PATTERN",
     "DSH_ENV_PREFIX",

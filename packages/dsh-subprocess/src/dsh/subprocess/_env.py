@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 __all__ = [
+    "AGENT_SOCKET_NAMES",
     "CORE_ENV_NAMES",
     "CREDENTIAL_VALUE_PATTERN",
     "DSH_ENV_PREFIX",
@@ -47,13 +48,15 @@ SENSITIVE_ENV_PATTERN: re.Pattern[str] = re.compile(
 ``PWD`` and ``PAT`` count only as a whole ``_``-separated part (``MYSQL_PWD``, ``GH_PAT``);
 ``AUTHOR`` is no ``AUTH``
 (``GIT_AUTHOR_NAME``), and ``SCRUB_EXEMPT_NAMES``
-keeps the shell's own ``PWD`` / ``OLDPWD`` and the agent sockets.
+keeps the shell's own ``PWD`` / ``OLDPWD``.
 """
 
-SCRUB_EXEMPT_NAMES: frozenset[str] = frozenset(
-    {"PWD", "OLDPWD", "SSH_AUTH_SOCK", "GPG_AGENT_INFO", "XAUTHORITY"}
-)
-"""Names the name pattern would match that carry a path or socket, not a credential."""
+SCRUB_EXEMPT_NAMES: frozenset[str] = frozenset({"PWD", "OLDPWD", "XAUTHORITY"})
+"""Names the name pattern would match that carry a path, not a credential."""
+
+AGENT_SOCKET_NAMES: frozenset[str] = frozenset({"SSH_AUTH_SOCK", "GPG_AGENT_INFO"})
+"""Agent sockets: a credential (the agent signs with every key the user has loaded), so always
+scrubbed, whatever the name pattern says; a profile forwards them by name (``inherit_env``)."""
 
 CREDENTIAL_VALUE_PATTERN: re.Pattern[str] = re.compile(
     r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s@:]*:[^/?#\s@]+@"  # scheme://user:password@
@@ -84,6 +87,8 @@ CORE_ENV_NAMES: frozenset[str] = frozenset(
 
 def is_credential_env(name: str, value: str = "") -> bool:
     """True if ``name`` or ``value`` looks credential-bearing (the ``scrub`` policy's test)."""
+    if name in AGENT_SOCKET_NAMES:
+        return True
     if name in SCRUB_EXEMPT_NAMES:
         return CREDENTIAL_VALUE_PATTERN.search(value) is not None
     return (
