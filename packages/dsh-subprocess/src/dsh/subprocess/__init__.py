@@ -6,6 +6,7 @@ Spawn through a ``SubprocessRuntime`` (``default_runtime()`` is the process-wide
 
 from importlib import metadata as _metadata
 
+from dsh.subprocess._cgroup import KERNEL_LAYER_ENV, KernelLayer, kernel_layer
 from dsh.subprocess._env import (
     CORE_ENV_NAMES,
     CREDENTIAL_VALUE_PATTERN,
@@ -21,6 +22,7 @@ from dsh.subprocess._env import (
     policy_overlay,
     scrubbed_parent_env,
 )
+from dsh.subprocess._limits import LIMIT_KEYS, Limits, parse_limits
 from dsh.subprocess._lines import READ_CHUNK_BYTES, BoundedLines
 from dsh.subprocess._orphans import marked_processes, reap_orphans, reap_orphans_once
 from dsh.subprocess._process import ManagedProcess
@@ -47,6 +49,8 @@ __all__ = [
     "CREDENTIAL_VALUE_PATTERN",
     "DSH_ENV_PREFIX",
     "ENV_POLICIES",
+    "KERNEL_LAYER_ENV",
+    "LIMIT_KEYS",
     "MAX_GRACE_MS",
     "READ_CHUNK_BYTES",
     "SCRUB_EXEMPT_NAMES",
@@ -58,6 +62,8 @@ __all__ = [
     "EnvForwarding",
     "EnvPolicy",
     "ForwardingConfig",
+    "KernelLayer",
+    "Limits",
     "LineTooLong",
     "ManagedProcess",
     "ProcessOutcome",
@@ -71,7 +77,9 @@ __all__ = [
     "build_child_env",
     "default_runtime",
     "is_credential_env",
+    "kernel_layer",
     "marked_processes",
+    "parse_limits",
     "policy_overlay",
     "reap_orphans",
     "reap_orphans_once",

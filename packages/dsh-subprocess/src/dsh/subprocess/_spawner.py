@@ -24,12 +24,14 @@ import time
 import weakref
 from pathlib import Path
 
+from dsh.subprocess._cgroup import RunGroup
 from dsh.subprocess._spec import SpawnSpec, StreamSpec
 from dsh.subprocess._workers import submit
 
 __all__ = [
     "SPAWNER_OWNER_ENV",
     "SPAWNER_SCRIPT_NAME",
+    "GroupJoinFailed",
     "SpawnerUnavailable",
     "SupervisedChild",
     "spawn_supervised",
@@ -56,6 +58,10 @@ class SpawnerUnavailable(Exception):
     """The spawner process could not be started or reached; spawn without it."""
 
 
+class GroupJoinFailed(Exception):
+    """The supervisor could not join the run's cgroup; nothing was started."""
+
+
 class SupervisedChild:
     """The program of one supervised spawn, as ``ManagedProcess`` sees it."""
 
@@ -73,6 +79,8 @@ class SupervisedChild:
         """The supervisor reported that nothing is left below it."""
         self.lost = False
         """The control socket closed without that report (the supervisor was killed)."""
+        self.group: RunGroup | None = None
+        """The run's cgroup (the kernel layer), when the program was started inside one."""
         self._control = control
         self._buffer = b""
         self.stdin = os.fdopen(pipes["stdin"], "wb", buffering=0) if "stdin" in pipes else None
@@ -210,6 +218,11 @@ class _Spawner:
     def take_standby(self, owner: str) -> socket.socket:
         """A waiting supervisor's control socket; the pool is refilled off the caller's path."""
         with self._lock:
+            if self._process is not None and self._process.poll() is not None:
+                # The spawner died (a tool killed it): its standbys are no longer below a
+                # subreaper, so a tree under one would go to init if its supervisor died too.
+                _log.debug("spawner gone; its standby supervisors are dropped")
+                self._discard()
             ready = self._standby.pop() if self._standby else None
         return ready if ready is not None else self.new_supervisor(owner)
 
@@ -315,9 +328,17 @@ def _stdio_source(mode: StreamSpec | str, index: int, pipes: dict[str, int]) -> 
 
 
 def spawn_supervised(
-    spec: SpawnSpec, env: dict[str, str], cwd: str | None, owner: str
+    spec: SpawnSpec,
+    env: dict[str, str],
+    cwd: str | None,
+    owner: str,
+    groups: list[tuple[bytes, bytes]] | None = None,
 ) -> SupervisedChild:
-    """Start ``spec`` under a supervisor; OSError (errno, and the cwd as filename) if it cannot."""
+    """Start ``spec`` under a supervisor; OSError (errno, and the cwd as filename) if it cannot.
+
+    ``groups`` are (join, home) ``cgroup.procs`` paths: the supervisor joins the run's groups
+    before it starts the program, and goes home after (``GroupJoinFailed`` if it cannot join).
+    """
     pipes: dict[str, int] = {}
     sources: list[int] = []
     host_control = _spawner.take_standby(owner)
@@ -329,6 +350,7 @@ def spawn_supervised(
             "cwd": os.fsencode(cwd if cwd is not None else Path.cwd()),  # the host's, as Popen
             "nice": spec.nice,
             "stdio": layout,
+            "cgroups": groups or [],
         }
         try:
             _send_frame(host_control, marshal.dumps(request), sources)
@@ -395,6 +417,8 @@ def _await_start(control: socket.socket, cwd: str | None) -> tuple[int, int, byt
     if report.startswith(b"F "):
         stage, _, code = report[2:].partition(b" ")
         number = int(code or 0) or 0
+        if stage == b"cgroup":
+            raise GroupJoinFailed(os.strerror(number) if number else "cgroup join failed")
         message = os.strerror(number) if number else "spawn failed"
         raise OSError(number, message, cwd if stage == b"cwd" else None)
     raise SpawnerUnavailable("spawner gave no answer")

@@ -16,10 +16,15 @@ host keeps a standby supervisor or two, so a spawn costs one request and one vfo
   with the stdio descriptors), sets ``PR_SET_CHILD_SUBREAPER``, and starts the program with
   ``subprocess.Popen`` (vfork, new session, default signals). Every orphan below it, whatever
   ``setsid``, double fork or ``env -i`` it used, is reparented to it and stays its descendant.
+  When the request names the run's cgroups (the kernel layer, ``_cgroup.py``), it joins them
+  before it starts the program and goes back to its own groups right after, so the program and
+  all it ever starts are in the run's groups from their first instruction, and the supervisor
+  is not (a limit counts the product's tree only; a tool that kills the supervisor leaves the
+  group whole).
   It reports, one line each::
 
       S <pid> <own pid>   the program runs (and this supervisor's pid)
-      F <stage> <errno>   it could not start (stage: cwd, exec, request)
+      F <stage> <errno>   it could not start (stage: cwd, exec, request, cgroup)
       X <wait status>     the program exited (raw status, as from waitpid)
       E                   nothing is left below the supervisor: the tree is gone
 
@@ -165,6 +170,21 @@ def _start_program(request: dict[str, object], stdio: list[int | None]) -> subpr
     )
 
 
+def _move_to(paths: object, index: int) -> None:
+    """Write this process's pid to ``paths[i][index]`` for each pair (join, home)."""
+    if not isinstance(paths, list):
+        return
+    me = b"%d" % os.getpid()
+    for pair in paths:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[index], bytes)):
+            raise TypeError("malformed request")
+        fd = os.open(pair[index], os.O_WRONLY)
+        try:
+            os.write(fd, me)
+        finally:
+            os.close(fd)
+
+
 def _await_image(pid: int) -> None:
     """Wait (briefly) until the program's environment is readable.
 
@@ -224,6 +244,15 @@ def _supervise(ctl: socket.socket) -> None:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, _ignore)
+    groups = request.get("cgroups")
+    try:
+        _move_to(groups, 0)
+    except OSError as exc:
+        _send(ctl, b"F cgroup %d\n" % (exc.errno or 0))
+        os._exit(0)
+    except TypeError:
+        _send(ctl, b"F request 0\n")
+        os._exit(0)
     try:
         program = _start_program(request, stdio)
     except OSError as exc:
@@ -236,6 +265,8 @@ def _supervise(ctl: socket.socket) -> None:
     finally:
         for fd in stdio_fds:
             os.close(fd)
+        with contextlib.suppress(OSError, TypeError):
+            _move_to(groups, 1)  # back home; staying in is harmless, only counted in limits
     pid = program.pid  # reaped by the loop below (waitpid), never through Popen
     _await_image(pid)
     me = os.getpid()
