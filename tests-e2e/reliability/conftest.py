@@ -34,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 CODEX_MODEL = "mock-model"
 _LINE = (
     r"Product subagent failure \(product: (?:Codex|Claude Code); stage: [a-z-]+; "
-    r"category: [A-Za-z-]+(?:; HTTP status: \d+)?(?:; exit code: -?\d+)?"
+    r"category: [A-Za-z-]+(?:; limit: [a-z]+)?(?:; HTTP status: \d+)?(?:; exit code: -?\d+)?"
     r"(?:; signal: SIG[A-Z0-9]+)?\)"
 )
 _FACT = (

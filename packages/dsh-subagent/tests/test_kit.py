@@ -21,7 +21,7 @@ def test_all_names_exist_once() -> None:
 
 def test_the_kit_names_are_the_seam_objects() -> None:
     # Nothing moved: the names the tool layer imports from dsh.subagent are the kit's.
-    kit_only = {"EnvPolicy", "MAX_GRACE_MS", "MAX_PREWARM", "ProviderConfigBase"}
+    kit_only = {"EnvPolicy", "MAX_GRACE_MS", "MAX_PREWARM", "ProviderConfigBase", "RunLimits"}
     for name in set(kit.__all__) - kit_only - {"WARM_START_TIMEOUT_S", "WarmPool"}:
         assert getattr(kit, name) is getattr(dsh.subagent, name), name
 

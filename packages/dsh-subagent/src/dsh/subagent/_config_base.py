@@ -10,13 +10,14 @@ product-specific fields.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from dsh.subagent._env_config import check_env_names, check_env_overlay
 
-__all__ = ["MAX_GRACE_MS", "MAX_PREWARM", "EnvPolicy", "ProviderConfigBase"]
+__all__ = ["MAX_GRACE_MS", "MAX_PREWARM", "EnvPolicy", "ProviderConfigBase", "RunLimits"]
 
 # The seam does not depend on dsh.subprocess (dsh-subagent's only requirement is pydantic), so the
 # two spawn-layer facts the config checks are restated here; tests-e2e/test_provider_config_base.py
@@ -29,6 +30,36 @@ MAX_PREWARM = 16
 
 EnvPolicy = Literal["scrub", "core"]
 """The env policies of ``dsh.subprocess`` (``scrub`` or ``core``)."""
+
+
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", re.IGNORECASE)
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+class RunLimits(BaseModel):
+    """``limits = { memory = "4G", tasks = 512, cpu = 1.5 }``: bounds for a run's whole tree,
+    enforced by dsh.subprocess's kernel layer (a cgroup per run)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    memory: int | None = Field(default=None, ge=4 << 20)
+    """Bytes, or a size with a binary unit (``"512M"``, ``"4G"``, ``"1.5GiB"``); at least 4M."""
+    tasks: int | None = Field(default=None, ge=1, le=4_194_304, strict=True)
+    """Processes and threads the tree may hold at once."""
+    cpu: float | None = Field(default=None, ge=0.01, le=1024)
+    """CPUs' worth of time per period (``1.5``: one and a half CPUs)."""
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _size(cls, value: object) -> object:
+        if isinstance(value, str):
+            match = _SIZE.fullmatch(value)
+            if match is None:
+                raise ValueError('must be bytes or a size such as "512M" or "4G"')
+            return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+        if isinstance(value, bool) or (value is not None and not isinstance(value, int)):
+            raise ValueError('must be bytes or a size such as "512M" or "4G"')
+        return value
 
 
 class ProviderConfigBase(BaseModel):
@@ -57,6 +88,11 @@ class ProviderConfigBase(BaseModel):
     """The product tree's CPU niceness (see ``SpawnSpec.nice``); None keeps the harness's."""
     prewarm: int = Field(default=0, ge=0, le=MAX_PREWARM, strict=True)
     """Warm product processes kept spawned and initialised for the next delegations (0: none)."""
+    limits: RunLimits | None = None
+    """Memory, task and CPU bounds for each run's whole tree (the kernel layer). Where the
+    machine cannot enforce one, a run fails before spawning, unless ``limits_best_effort``."""
+    limits_best_effort: bool = False
+    """Run without the limits the machine cannot enforce, instead of failing."""
 
     @field_validator("provider_name")
     @classmethod

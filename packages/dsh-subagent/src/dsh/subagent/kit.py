@@ -14,7 +14,13 @@ seam's object).
 
 from dsh.subagent._checks import check_one_shot_request
 from dsh.subagent._closing import CloseOnce
-from dsh.subagent._config_base import MAX_GRACE_MS, MAX_PREWARM, EnvPolicy, ProviderConfigBase
+from dsh.subagent._config_base import (
+    MAX_GRACE_MS,
+    MAX_PREWARM,
+    EnvPolicy,
+    ProviderConfigBase,
+    RunLimits,
+)
 from dsh.subagent._diagnostics import (
     MAX_DIAGNOSTIC_BYTES,
     FailureFacts,
@@ -42,6 +48,7 @@ __all__ = [
     "ProviderBase",
     "ProviderConfigBase",
     "ResultLatch",
+    "RunLimits",
     "WarmPool",
     "bound_diagnostic",
     "check_env_names",

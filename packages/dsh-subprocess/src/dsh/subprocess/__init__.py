@@ -6,7 +6,7 @@ Spawn through a ``SubprocessRuntime`` (``default_runtime()`` is the process-wide
 
 from importlib import metadata as _metadata
 
-from dsh.subprocess._cgroup import KERNEL_LAYER_ENV, KernelLayer, kernel_layer
+from dsh.subprocess._cgroup import KERNEL_LAYER_ENV, KernelLayer, kernel_layer, limits_problem
 from dsh.subprocess._env import (
     CORE_ENV_NAMES,
     CREDENTIAL_VALUE_PATTERN,
@@ -22,7 +22,7 @@ from dsh.subprocess._env import (
     policy_overlay,
     scrubbed_parent_env,
 )
-from dsh.subprocess._limits import LIMIT_KEYS, Limits, parse_limits
+from dsh.subprocess._limits import LIMIT_KEYS, Limits
 from dsh.subprocess._lines import READ_CHUNK_BYTES, BoundedLines
 from dsh.subprocess._orphans import marked_processes, reap_orphans, reap_orphans_once
 from dsh.subprocess._process import ManagedProcess
@@ -78,8 +78,8 @@ __all__ = [
     "default_runtime",
     "is_credential_env",
     "kernel_layer",
+    "limits_problem",
     "marked_processes",
-    "parse_limits",
     "policy_overlay",
     "reap_orphans",
     "reap_orphans_once",

@@ -39,6 +39,7 @@ __all__ = [
     "KernelLayer",
     "RunGroup",
     "kernel_layer",
+    "limits_problem",
     "sweep_dead_owners",
 ]
 
@@ -263,6 +264,20 @@ def kernel_layer() -> KernelLayer:
         if _layer is None or _layer[0] != os.getpid():
             _layer = (os.getpid(), _detect())
         return _layer[1]
+
+
+def limits_problem(limits: Limits | None) -> str | None:
+    """Why ``limits`` cannot be run as asked here (naming the field), or None when they can.
+
+    Best-effort limits are never a problem: what cannot be enforced is left out.
+    """
+    if limits is None or limits.best_effort:
+        return None
+    layer = kernel_layer()
+    missing = layer.missing(limits)
+    if not missing:
+        return None
+    return f"limits.{missing[0]} cannot be enforced on this machine ({layer.reason})"
 
 
 def _forced_off() -> bool:

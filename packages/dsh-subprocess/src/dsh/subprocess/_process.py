@@ -17,7 +17,7 @@ from typing import IO, Literal, TypeVar
 import psutil
 
 from dsh.subprocess import _procfs
-from dsh.subprocess._cgroup import RunGroup, kernel_layer
+from dsh.subprocess._cgroup import RunGroup, kernel_layer, limits_problem
 from dsh.subprocess._env import build_child_env
 from dsh.subprocess._priority import lower_priority
 from dsh.subprocess._procfs import TREE_MARKER_ENV, Snapshot, read_info, scan
@@ -691,9 +691,9 @@ def _new_group(spec: SpawnSpec, marker: str) -> RunGroup | None:
     """The run's cgroup, or None; SpawnError when limits are required and cannot be had."""
     layer = kernel_layer()
     limits = spec.limits
-    missing = layer.missing(limits)
-    if limits is not None and missing and not limits.best_effort:
-        raise _limits_error(spec, layer.reason, missing[0])
+    problem = limits_problem(limits)
+    if problem is not None:
+        raise SpawnError(f"{problem}; allow best effort to run without the limits")
     group = layer.new_group(marker.rpartition(":")[2], limits)
     if group is None and limits is not None and layer.active and not limits.best_effort:
         raise _limits_error(spec, "the run's cgroup could not be created")
@@ -712,9 +712,8 @@ def _drop_group(group: RunGroup | None) -> None:
         group.remove()
 
 
-def _limits_error(spec: SpawnSpec, reason: str, key: str | None = None) -> SpawnError:
-    limits = spec.limits
-    key = key or (limits.requested[0] if limits is not None and limits.requested else "memory")
+def _limits_error(spec: SpawnSpec, reason: str) -> SpawnError:
+    key = spec.limits.requested[0] if spec.limits is not None and spec.limits.requested else "?"
     return SpawnError(
         f"limits.{key} cannot be enforced on this machine ({reason}); "
         "allow best effort to run without the limits"
