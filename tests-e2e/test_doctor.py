@@ -12,6 +12,55 @@ from dsh.subagent_codex import CODEX_CREDENTIAL_ENV
 from dsh.tool_subagent._cli import main
 
 
+# This machine kind: root with cgroups (a cgroup2 hierarchy beside v1 memory, pids and cpu).
+CONTAINMENT_HERE = (
+    (
+        "containment",
+        "layers",
+        "kernel (cgroup) > supervisor (subreaper) > spawner > sampler > member record",
+        "yes",
+    ),
+    (
+        "containment",
+        "kernel layer",
+        "on: a cgroup v2 group per run, torn down by cgroup.kill",
+        "yes",
+    ),
+    ("containment", "limits", "cpu (cgroup v1), memory (cgroup v1), tasks (cgroup v1)", "yes"),
+)
+
+
+def _rows(out: str) -> set[tuple[str, ...]]:
+    return {
+        tuple(cell.strip() for cell in line.strip().strip("│").split("│"))
+        for line in out.splitlines()
+        if line.startswith("│")
+    }
+
+
+def test_doctor_says_which_containment_layers_are_active_and_why_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    profile = tmp_path / "p.toml"
+    profile.write_text(
+        '[[provider]]\nkind = "codex"\n[provider.config]\nprovider_name = "codex-x"\n'
+        'limits = { memory = "4G", tasks = 512 }\n'
+    )
+    assert main(["doctor", "--profile", str(profile)]) == 0
+    rows = _rows(capsys.readouterr().out)
+    assert set(CONTAINMENT_HERE) <= rows
+    assert ("codex-x", "limits", "memory, tasks: enforced", "yes") in rows
+    monkeypatch.setenv("DSH_KERNEL_LAYER", "off")
+    assert main(["doctor", "--profile", str(profile)]) == 1
+    rows = _rows(capsys.readouterr().out)
+    reason = "forced off by DSH_KERNEL_LAYER=off"
+    assert ("containment", "kernel layer", f"off: {reason}", "yes") in rows
+    assert ("containment", "limits", "none (no kernel layer)", "yes") in rows
+    failing = f"limits.memory cannot be enforced on this machine ({reason})"
+    assert ("codex-x", "limits", failing, "NO") in rows
+
+
 def test_doctor_reports_both_pinned_products_healthy(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -42,6 +91,7 @@ def test_doctor_reports_both_pinned_products_healthy(
         ("claude-code", "Claude Code payload", "present and executable", "yes"),
         ("claude-code", "credential variables", "ANTHROPIC_API_KEY", "yes"),
         ("claude-code", "login file", "absent", "yes"),
+        *CONTAINMENT_HERE,
     }
     assert rc == 0
     assert "sk-ant-value-never-shown" not in out

@@ -102,6 +102,20 @@ class KernelLayer:
     def active(self) -> bool:
         return self.v2_owner_dir is not None
 
+    def describe(self) -> tuple[str, str]:
+        """(the kernel layer's state, the limits it can enforce), one line each, for doctor."""
+        if not self.active:
+            return f"off: {self.reason}", "none (no kernel layer)"
+        state = "on: a cgroup v2 group per run, torn down by cgroup.kill"
+        by = [
+            f"{key} (cgroup {'v2' if _V1_CONTROLLERS[key] in self.v2_controllers else 'v1'})"
+            for key in sorted(self.limit_keys())
+        ]
+        limits = ", ".join(by) if by else "none"
+        if self.reason:
+            limits = f"{limits}; {self.reason}"
+        return state, limits
+
     def limit_keys(self) -> frozenset[str]:
         """The limit keys this machine can enforce."""
         if not self.active:
