@@ -11,7 +11,6 @@ from dsh.subagent_claude_code import CLAUDE_CREDENTIAL_ENV
 from dsh.subagent_codex import CODEX_CREDENTIAL_ENV
 from dsh.tool_subagent._cli import main
 
-
 # This machine kind: root with cgroups (a cgroup2 hierarchy beside v1 memory, pids and cpu).
 CONTAINMENT_HERE = (
     (
@@ -30,6 +29,15 @@ CONTAINMENT_HERE = (
 )
 
 
+def _codex_x_profile(directory: Path, line: str) -> Path:
+    """A profile with one Codex instance, ``codex-x``, whose config also holds ``line``."""
+    profile = directory / "p.toml"
+    profile.write_text(
+        f'[[provider]]\nkind = "codex"\n[provider.config]\nprovider_name = "codex-x"\n{line}\n'
+    )
+    return profile
+
+
 def _rows(out: str) -> set[tuple[str, ...]]:
     return {
         tuple(cell.strip() for cell in line.strip().strip("│").split("│"))
@@ -42,11 +50,7 @@ def test_doctor_says_which_containment_layers_are_active_and_why_not(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("COLUMNS", "200")
-    profile = tmp_path / "p.toml"
-    profile.write_text(
-        '[[provider]]\nkind = "codex"\n[provider.config]\nprovider_name = "codex-x"\n'
-        'limits = { memory = "4G", tasks = 512 }\n'
-    )
+    profile = _codex_x_profile(tmp_path, 'limits = { memory = "4G", tasks = 512 }')
     assert main(["doctor", "--profile", str(profile)]) == 0
     rows = _rows(capsys.readouterr().out)
     assert set(CONTAINMENT_HERE) <= rows
@@ -101,11 +105,7 @@ def test_doctor_profile_reports_each_instance_by_name(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("COLUMNS", "200")
-    profile = tmp_path / "p.toml"
-    profile.write_text(
-        '[[provider]]\nkind = "codex"\n[provider.config]\nprovider_name = "codex-x"\n'
-        'inherit_env = ["MY_GATEWAY_TOKEN"]\n'
-    )
+    profile = _codex_x_profile(tmp_path, 'inherit_env = ["MY_GATEWAY_TOKEN"]')
     monkeypatch.setenv("MY_GATEWAY_TOKEN", "value-never-shown")
     assert main(["doctor", "--profile", str(profile)]) == 0
     out = capsys.readouterr().out
