@@ -92,8 +92,36 @@ async def proven_attack(kit: Any, directory: Path, nonce: str, mode: str) -> dic
     assert os.getsid(alive[0]) != os.getsid(0)
     (directory / "go").touch()
     doomed = [targets["supervisor"]] + ([targets["spawner"]] if mode != "supervisor" else [])
-    await kit.wait_until(lambda: not any(_alive(pid) for pid in doomed), 10, "the targets dead")
+    await kit.wait_until(
+        lambda: not any(_alive(pid) for pid in doomed),
+        10,
+        f"the targets dead: {targets} {[where(pid) for pid in doomed]}, tool: {tools(nonce)}",
+    )
     return targets
+
+
+def tools(nonce: str) -> list[str]:
+    """The attacking tool's processes (for a failure message)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status", "ppid"]):
+        cmdline = proc.info["cmdline"] or []
+        if any(nonce in part for part in cmdline) and "kill_machinery" in str(cmdline):
+            found.append(f"{proc.pid} {proc.info['status']} ppid {proc.info['ppid']}")
+    return found
+
+
+def where(pid: int) -> str:
+    """A pid's parent and cgroups, for a failure message (test output only)."""
+    try:
+        cgroups = Path(f"/proc/{pid}/cgroup").read_text().split("\n")
+        proc = psutil.Process(pid)
+        parent = psutil.Process(proc.ppid())
+        return (
+            f"{pid}: {cgroups[4]} {cgroups[9]}; parent {parent.pid} {parent.cmdline()[:4]} "
+            f"{Path(f'/proc/{parent.pid}/cgroup').read_text().split()[9]}"
+        )
+    except (OSError, psutil.Error):
+        return f"{pid}: gone"
 
 
 def _alive(pid: int) -> bool:
@@ -133,7 +161,7 @@ async def test_plain_child_that_kills_the_machinery(
             assert len(survivors) == 1, "the fallback's documented gap did not show"
             assert psutil.Process(survivors[0]).ppid() == 1
         else:
-            assert survivors == [], f"an escapee outlived its run: {survivors}"
+            assert survivors == [], f"outlived its run: {[where(p) for p in survivors]}"
     finally:
         await proc.aclose()
         kill_all(await asyncio.to_thread(escapees, nonce))
@@ -154,7 +182,7 @@ async def run_codex(kit: Any, codex: Any, layer: str, mode: str) -> None:
         await run.aclose()
         survivors = await settle_survivors(layer, mode, nonce)
         if not expect_survivor(layer, mode):
-            assert survivors == [], f"an escapee outlived the Codex run: {survivors}"
+            assert survivors == [], f"outlived the Codex run: {[where(p) for p in survivors]}"
         elif survivors:
             assert psutil.Process(survivors[0]).ppid() == 1
         result = await run.result()
@@ -198,7 +226,7 @@ async def test_claude_code_tool_that_kills_the_machinery(
 ) -> None:
     survivors = await run_claude(kit, claude, layer, mode)
     if not expect_survivor(layer, mode):
-        assert survivors == [], f"an escapee outlived the Claude Code run: {survivors}"
+        assert survivors == [], f"outlived the Claude Code run: {[where(p) for p in survivors]}"
 
 
 async def test_claude_code_tool_that_kills_its_supervisor_20_of_20(
@@ -214,3 +242,66 @@ async def test_claude_code_tool_that_kills_its_supervisor_20_of_20(
         assert time.monotonic() - began < 220, "the trials must stay bounded"
     survived = [found for found in outcomes if found]
     assert survived == [], f"survived in {len(survived)} of 20 trials"
+
+
+HOST = """
+import asyncio, sys
+from dsh.subprocess import SpawnSpec, default_runtime, kernel_layer
+
+async def main():
+    argv = ["env", "-i", sys.executable, sys.argv[1], "sleep", sys.argv[2], sys.argv[3]]
+    proc = await default_runtime().spawn(SpawnSpec(argv, stdout="ignore", stderr="ignore"))
+    print(proc.pid, kernel_layer().owner, flush=True)
+    await asyncio.sleep(60)
+
+asyncio.run(main())
+"""
+
+
+async def test_groups_of_a_host_killed_with_its_machinery_are_swept(
+    kit: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Host, spawner and supervisor SIGKILLed at once, before any scan: the escapee is left
+    in the dead host's group until ``reap_orphans()`` in a fresh process kills and removes it.
+
+    The host and the reaper are spawned with this process's kernel layer off, so both sit in
+    this process's own group, as two top-level processes would (a host spawned into a run's
+    group makes its groups inside that group, which its parent's close removes)."""
+    assert kernel_layer().active, kernel_layer()
+    monkeypatch.setenv(KERNEL_LAYER_ENV, "off")  # for our spawns; scrubbed from the host's env
+    nonce = f"machinery-{uuid.uuid4().hex}"
+    escape = str(HERE / "escape_tricks.py")
+    host = await default_runtime().spawn(
+        SpawnSpec(
+            [sys.executable, "-c", HOST, escape, str(tmp_path), nonce],
+            stdout="pipe",
+            stderr=Collect(8192),
+        )
+    )
+    try:
+        assert host.stdout is not None
+        async with asyncio.timeout(30):
+            line = await host.stdout.readline()
+        assert line, host.collected("stderr").text
+        child, owner = line.decode().split()
+        await kit.wait_until(lambda: escapees(nonce) != [], 10, "the escapee")
+        supervisor = psutil.Process(int(child)).ppid()
+        spawner = psutil.Process(supervisor).ppid()
+        assert psutil.Process(spawner).ppid() == host.pid, "host, spawner, supervisor"
+        for pid in (host.pid, spawner, supervisor):
+            os.kill(pid, signal.SIGKILL)
+        await host.wait()
+        await asyncio.sleep(0.5)
+        left = await asyncio.to_thread(escapees, nonce)
+        assert len(left) == 1, "the escapee outlived every process of dsh's"
+        cgroups = Path(f"/proc/{left[0]}/cgroup").read_text()  # noqa: ASYNC240
+        v2_path = cgroups.split("0::", 1)[1].strip()
+        dead_dir = Path("/sys/fs/cgroup/unified" + v2_path).parent
+        assert dead_dir.name == owner, f"the escapee is in the dead host's group: {v2_path}"
+        assert dead_dir.is_dir()
+        await kit.reap_in_fresh_process()
+        assert await asyncio.to_thread(escapees, nonce) == []
+        assert not dead_dir.exists()
+    finally:
+        await host.aclose()
+        kill_all(await asyncio.to_thread(escapees, nonce))

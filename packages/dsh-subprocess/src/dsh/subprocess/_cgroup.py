@@ -136,16 +136,21 @@ class KernelLayer:
             return None
         group = RunGroup(self.v2_owner_dir / run_id)
         try:
+            self.v2_owner_dir.mkdir(exist_ok=True)  # removed behind our back: made again
             group.v2.mkdir()
             group.created.append(group.v2)
-            if limits is not None:
-                for key in limits.requested:
-                    self._apply(group, key, limits, run_id)
+            self.add_limits(group, limits)
         except OSError:
             _log.debug("creating the run's cgroup failed", exc_info=True)
             group.remove()
             return None
         return group
+
+    def add_limits(self, group: RunGroup, limits: Limits | None) -> None:
+        """Apply ``limits`` to ``group`` (v1 limit groups are created, to be joined too)."""
+        if limits is not None:
+            for key in limits.requested:
+                self._apply(group, key, limits, group.v2.name)
 
     def _apply(self, group: RunGroup, key: str, limits: Limits, run_id: str) -> None:
         controller = _V1_CONTROLLERS[key]
@@ -159,6 +164,7 @@ class KernelLayer:
         elif key in self.v1_owner_dirs:
             target = self.v1_owner_dirs[key] / run_id
             if target not in group.created:
+                target.parent.mkdir(exist_ok=True)
                 target.mkdir()
                 group.created.append(target)
                 group.join.append(target / "cgroup.procs")
@@ -202,6 +208,12 @@ class RunGroup:
     def __post_init__(self) -> None:
         self.join.insert(0, self.v2 / "cgroup.procs")
 
+    def pairs(self, *, v1_only: bool = False) -> list[tuple[bytes, bytes]]:
+        """(join, home) ``cgroup.procs`` paths for the supervisor: home is the host's group
+        (``<hierarchy's group>/dsh-<owner>/<run>/cgroup.procs``, two levels up)."""
+        joins = self.join[1:] if v1_only else self.join
+        return [(os.fsencode(p), os.fsencode(p.parents[2] / "cgroup.procs")) for p in joins]
+
     def populated(self) -> bool:
         """True while any process is in the group (or when that cannot be read)."""
         try:
@@ -242,13 +254,23 @@ class RunGroup:
         ok = True
         for path in reversed(self.created):
             try:
-                path.rmdir()
+                _remove_tree(path)
             except FileNotFoundError:
                 pass
             except OSError:
                 ok = False
                 _log.debug("removing a run's cgroup failed", exc_info=True)
         return ok
+
+
+def _remove_tree(group: Path) -> None:
+    """``rmdir`` a group and the groups below it, deepest first (a host that runs inside a run's
+    group, a nested dsh, makes its own groups there; its files go with each ``rmdir``)."""
+    for parent, children, _ in os.walk(group, topdown=False):
+        for child in children:
+            with contextlib.suppress(FileNotFoundError):
+                (Path(parent) / child).rmdir()
+    group.rmdir()
 
 
 def _counter(path: Path, name: str) -> int:
@@ -354,6 +376,11 @@ def _remove_owner_dirs(layer: KernelLayer, pid: int) -> None:
     for directory in [layer.v2_owner_dir, *layer.v1_owner_dirs.values()]:
         if directory is not None:
             with contextlib.suppress(OSError):
+                for run in directory.iterdir():
+                    if run.is_dir():  # a standby's group, empty once its supervisor left
+                        with contextlib.suppress(OSError):
+                            run.rmdir()
+            with contextlib.suppress(OSError):
                 directory.rmdir()
 
 
@@ -417,7 +444,7 @@ def _sweep(owner_dir: Path) -> None:
         for run in [entry for entry in owner_dir.iterdir() if entry.is_dir()]:
             _empty(run)
             with contextlib.suppress(OSError):
-                run.rmdir()
+                _remove_tree(run)
     with contextlib.suppress(OSError):
         owner_dir.rmdir()
 

@@ -17,7 +17,7 @@ from typing import IO, Literal, TypeVar
 import psutil
 
 from dsh.subprocess import _procfs
-from dsh.subprocess._cgroup import RunGroup, kernel_layer, limits_problem
+from dsh.subprocess._cgroup import kernel_layer, limits_problem
 from dsh.subprocess._env import build_child_env
 from dsh.subprocess._priority import lower_priority
 from dsh.subprocess._procfs import TREE_MARKER_ENV, Snapshot, read_info, scan
@@ -654,62 +654,36 @@ def _stream_arg(mode: StreamSpec) -> int | None:
     return None if mode == "inherit" else subprocess.DEVNULL
 
 
-def _popen(spec: SpawnSpec, env: dict[str, str], cwd: str | None, marker: str) -> Child:
+def _popen(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> Child:
     """Start the child: under a supervisor where possible (in the run's cgroup where the
     machine allows it), else a plain ``Popen``."""
     strict = spec.limits is not None and not spec.limits.best_effort
     if _SUPERVISED:
-        group = _new_group(spec, marker)
+        problem = limits_problem(spec.limits)
+        if problem is not None:
+            raise SpawnError(f"{problem}; allow best effort to run without the limits")
+        owner = _owner_identity()
         try:
             try:
-                child = spawn_supervised(spec, env, cwd, _owner_identity(), _joins(group))
+                use_groups = kernel_layer().active
+                child = spawn_supervised(spec, env, cwd, owner, use_groups=use_groups)
             except GroupJoinFailed:
                 _log.debug("joining the run's cgroup failed", exc_info=True)
-                _drop_group(group)
-                group = None
                 if strict:
                     raise _limits_error(spec, "the run's cgroup could not be joined") from None
-                child = spawn_supervised(spec, env, cwd, _owner_identity())
-            child.group = group
+                child = spawn_supervised(spec, env, cwd, owner, use_groups=False)
+            if child.group is None and strict and kernel_layer().active:
+                child.close()  # the supervisor kills what it started
+                raise _limits_error(spec, "the run's cgroup could not be created")
             return child
         except SpawnerUnavailable:
-            _drop_group(group)
             _log.debug("spawner unavailable; spawning without a supervisor", exc_info=True)
         except OSError as exc:
-            _drop_group(group)
             _log.debug("spawn failed", exc_info=True)
             raise _spawn_error(exc, cwd) from exc
-        except BaseException:
-            _drop_group(group)
-            raise
     if strict:
         raise _limits_error(spec, "no supervisor could be started")
     return _plain_popen(spec, env, cwd)
-
-
-def _new_group(spec: SpawnSpec, marker: str) -> RunGroup | None:
-    """The run's cgroup, or None; SpawnError when limits are required and cannot be had."""
-    layer = kernel_layer()
-    limits = spec.limits
-    problem = limits_problem(limits)
-    if problem is not None:
-        raise SpawnError(f"{problem}; allow best effort to run without the limits")
-    group = layer.new_group(marker.rpartition(":")[2], limits)
-    if group is None and limits is not None and layer.active and not limits.best_effort:
-        raise _limits_error(spec, "the run's cgroup could not be created")
-    return group
-
-
-def _joins(group: RunGroup | None) -> list[tuple[bytes, bytes]] | None:
-    if group is None:
-        return None
-    # <hierarchy's group>/dsh-<owner>/<run>/cgroup.procs: home is the host's own group.
-    return [(os.fsencode(p), os.fsencode(p.parents[2] / "cgroup.procs")) for p in group.join]
-
-
-def _drop_group(group: RunGroup | None) -> None:
-    if group is not None:
-        group.remove()
 
 
 def _limits_error(spec: SpawnSpec, reason: str) -> SpawnError:
@@ -741,12 +715,12 @@ def _plain_popen(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> subpr
         raise SpawnError("spawn failed: invalid argument") from exc
 
 
-def _spawn_child(spec: SpawnSpec, env: dict[str, str], cwd: str | None, marker: str) -> Child:
+def _spawn_child(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> Child:
     """The worker-thread half of a spawn: fork and exec, then the requested priority.
 
     A supervised child has set its own priority between fork and exec.
     """
-    popen = _popen(spec, env, cwd, marker)
+    popen = _popen(spec, env, cwd)
     if spec.nice is not None and not isinstance(popen, SupervisedChild):
         lower_priority(popen.pid, spec.nice)
     return popen
@@ -768,7 +742,7 @@ async def launch(
     env = build_child_env(spec.env)
     env[TREE_MARKER_ENV] = marker
     cwd = _check_cwd(spec.cwd)
-    job = submit(_spawn_child, spec, env, cwd, marker)
+    job = submit(_spawn_child, spec, env, cwd)
     spawning = asyncio.wrap_future(job)
     try:
         popen = await asyncio.shield(spawning)
