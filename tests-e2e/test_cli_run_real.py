@@ -205,3 +205,90 @@ async def test_dsh_run_json_and_timeout(setup: Setup) -> None:
     assert ran.stderr == "dsh run: cancelled after the --timeout of 3 s\n"
     assert 3 <= took < 30
     assert await _left_by(ran.pid) == []
+
+
+def _no_credentials_profile(tmp_path: Path, setup: Setup, kind: str) -> Path:
+    """A profile whose only provider finds no credential: its key variables blanked, no login."""
+    if kind == "codex":
+        home = tmp_path / "bare-codex-home"
+        home.mkdir()
+        # The built-in ``openai`` provider (the product default), its base URL on loopback.
+        (home / "config.toml").write_text(
+            f'model = "gpt-5"\nopenai_base_url = {json.dumps(setup.codex.base_url)}\n'
+        )
+        env = {
+            "CODEX_HOME": str(home),
+            "HOME": str(home),
+            "OPENAI_API_KEY": "",
+            "CODEX_API_KEY": "",
+            "CODEX_APP_SERVER_DISABLE_MANAGED_CONFIG": "1",
+        }
+    else:
+        env = claude_env(tmp_path / "bare-claude", setup.claude.base_url) | {
+            "ANTHROPIC_API_KEY": ""
+        }
+    profile = tmp_path / f"bare-{kind}.toml"
+    profile.write_text(
+        f'[[provider]]\nkind = "{kind}"\n[provider.config]\nstderr = "discard"\n\n'
+        + _toml_table("provider.config.env", env)
+        + "\n",
+        encoding="utf-8",
+    )
+    return profile
+
+
+@pytest.mark.parametrize(
+    ("kind", "failure", "hint"),
+    [
+        (
+            "codex",
+            # A start failure: the provider's safe line (there is no run to report on).
+            "subagent-codex: Product subagent failure (product: Codex; stage: auth; category:"
+            " unauthorized)",
+            'provider "codex" found no credentials: set OPENAI_API_KEY or CODEX_API_KEY in the'
+            " environment (forwarded by default), or log in once with `codex login`",
+        ),
+        (
+            "claude-code",
+            "subagent run failed\nDiagnostic: Product subagent failure (product: Claude Code;"
+            " stage: query-run; category: authentication; exit code: 1)",
+            'provider "claude-code" found no credentials: set ANTHROPIC_API_KEY or'
+            " CLAUDE_CODE_OAUTH_TOKEN in the environment (forwarded by default), or log in once"
+            " with `claude auth login`",
+        ),
+    ],
+)
+async def test_no_credentials_hints_how_to_log_in_and_never_a_value(
+    setup: Setup, tmp_path: Path, kind: str, failure: str, hint: str
+) -> None:
+    canary = "sk-hint-canary-31d7"  # exported here, blanked by the profile: a value never shown
+    setup.profile = _no_credentials_profile(tmp_path, setup, kind)
+    ambient = {"OPENAI_API_KEY" if kind == "codex" else "ANTHROPIC_API_KEY": canary}
+    began = time.monotonic()
+    ran = await _dsh(setup, "CLI-NO-KEY task", env=ambient)
+    elapsed = time.monotonic() - began
+    assert (ran.exit_code, ran.stdout) == (1, "")
+    assert ran.stderr == f"{failure}\ndsh run: hint: {hint}\n", ran.stderr
+    assert canary not in ran.stderr
+    assert elapsed < 10.0  # the product is not left waiting for a login that never comes
+    assert await _left_by(ran.pid) == []
+    if kind == "codex":
+        assert setup.codex.all_requests == []
+
+    doctor_argv = [sys.executable, "-m", "dsh.tool_subagent._cli", "doctor", "--json"]
+    spec = SpawnSpec(
+        argv=[*doctor_argv, "--profile", str(setup.profile)],
+        env=ambient,
+        stdout=Collect(1 << 16),
+        stderr=Collect(1 << 16),
+    )
+    proc = await default_runtime().spawn(spec)
+    try:
+        await proc.wait()
+    finally:
+        await proc.aclose()
+    report = proc.collected("stdout").text
+    assert canary not in report
+    assert canary not in proc.collected("stderr").text
+    rows = [row for entry in json.loads(report)["providers"] for row in entry["checks"]]
+    assert {"check": "how to log in", "value": hint, "ok": True} in rows

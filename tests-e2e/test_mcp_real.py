@@ -863,3 +863,123 @@ async def test_codex_runs_the_read_only_job_tools_without_an_approval_setting(
     assert "unknown job subagent-9" in output
     assert "requires approval" in kill  # job_kill is not read-only: Codex asks, and may not
     assert await settle_ours(tmp_path) == []
+
+
+# ---- the caller's stall limit through dsh mcp, driven by a real host --------------------------
+
+MCP_STALL_S = 2
+MCP_STALLED = "subagent run stopped: no product activity for 2 s (stall_timeout_s)"
+
+
+def _with_stall_limit(profile: Path) -> Path:
+    """The profile with one tool per provider under the stall limit (the default tool names)."""
+    rows = []
+    for kind, name in (("codex", "subagent_codex"), ("claude-code", "subagent_claude_code")):
+        rows += [
+            "[[tool]]",
+            f'provider = "{kind}"',
+            f'tool_name = "{name}"',
+            'max_depth = "provider-managed"',
+            f"stall_timeout_s = {MCP_STALL_S}",
+            "",
+        ]
+    with profile.open("a", encoding="utf-8") as out:
+        out.write("\n".join(rows))
+    return profile
+
+
+@dataclass
+class StallScript:
+    """The host delegates once to a stalling subagent, then answers with what it got back."""
+
+    tool: str
+    results: list[str] = field(default_factory=list)
+    result_seen_at: float | None = None
+
+    def next_call(self, results: list[str]) -> tuple[str, dict[str, Any]] | None:
+        if not results:
+            return (self.tool, {"description": "stall job", "prompt": "STALL via mcp"})
+        if self.result_seen_at is None:
+            self.result_seen_at = time.monotonic()
+            self.results = list(results)
+        return None
+
+
+@dataclass
+class Arrival:
+    at: float | None = None
+
+    def mark(self) -> None:
+        if self.at is None:
+            self.at = time.monotonic()
+
+
+def _assert_stopped_in_time(script: StallScript, stalled: Arrival) -> None:
+    assert script.results, "the host never sent the delegation's tool result to its model"
+    assert MCP_STALLED in script.results[0], script.results
+    assert stalled.at is not None, "the subagent's model request never arrived"
+    assert script.result_seen_at is not None
+    # Limit + dispose grace (1 s in this profile) + the MCP hop and scheduling slack.
+    took = script.result_seen_at - stalled.at
+    assert MCP_STALL_S - 0.5 <= took <= MCP_STALL_S + 1.0 + 3.0, took
+
+
+@pytest.mark.timeout(300)
+async def test_codex_exec_as_host_gets_the_stall_limit_of_a_stalled_claude_code_subagent(
+    tmp_path: Path, workspace: Path
+) -> None:
+    script = StallScript("subagent_claude_code")
+    stalled = Arrival()
+
+    def claude_route(request: ClaudeRequest) -> Behaviour | None:
+        if request.task == "STALL via mcp":
+            stalled.mark()
+            return Behaviour("stall", seconds=40)
+        return None
+
+    async with (
+        FakeResponsesServer(route=codex_route) as codex,
+        FakeMessagesServer(route=claude_route) as claude,
+    ):
+        profile = _with_stall_limit(write_profile(tmp_path, codex.base_url, claude.base_url))
+        paths = {"/path/to/profile.toml": str(profile), "/path/to/project": str(workspace)}
+        with threaded_responses_server(codex_host_route(script)) as host_url:  # type: ignore[arg-type]
+            home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
+            with (home / "config.toml").open("a", encoding="utf-8") as config:
+                config.write("\n" + recipe("codex-config", paths))
+            env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
+            commands = recipe_commands("codex-exec", paths)
+            out, err = await _run_hosts(commands, workspace, {**env, "RUST_LOG": "error"})
+        assert out.strip() == "host done", err[-3000:]
+    _assert_stopped_in_time(script, stalled)
+    assert await settle_ours(tmp_path) == []
+
+
+@pytest.mark.timeout(300)
+async def test_claude_code_as_host_gets_the_stall_limit_of_a_stalled_codex_subagent(
+    tmp_path: Path, workspace: Path
+) -> None:
+    script = StallScript("subagent_codex")
+    stalled = Arrival()
+
+    def subagent_route(request: RecordedRequest) -> Reply | HttpStatus | Stall | None:
+        if (request.task or "").startswith("STALL"):
+            stalled.mark()
+        return codex_route(request)
+
+    async with FakeResponsesServer(route=subagent_route) as codex, FakeMessagesServer() as claude:
+        profile = _with_stall_limit(write_profile(tmp_path, codex.base_url, claude.base_url))
+        mcp_json = tmp_path / "dsh-mcp.json"
+        paths = {
+            "/path/to/profile.toml": str(profile),
+            "/path/to/project": str(workspace),
+            "/path/to/dsh-mcp.json": str(mcp_json),
+        }
+        mcp_json.write_text(recipe("mcp-json", paths), encoding="utf-8")
+        with FakeMessagesServer(route=claude_host_route(script)) as host:  # type: ignore[arg-type]
+            commands = recipe_commands("claude-mcp-config", paths)
+            env = claude_env(tmp_path / "host-claude-root", host.base_url)
+            out, err = await _run_hosts(commands, workspace, env)
+        assert out.strip() == "host done", err[-3000:]
+    _assert_stopped_in_time(script, stalled)
+    assert await settle_ours(tmp_path) == []

@@ -1,9 +1,10 @@
 """The README's tour runs as written: its Python block, extracted and executed as a program.
 
-The program is the README text itself. Codex finds its model the way a user's would, through
-``$CODEX_HOME/config.toml`` (here written by the testing kit to point at a loopback server) and
-the ``OPENAI_API_KEY`` that the tour forwards by name. A rejected key (HTTP 401) must end the
-same program with ``error`` and a safe diagnostic, not a traceback.
+The program is the README text itself. Codex runs with its default configuration, the built-in
+``openai`` provider (its ``openai_base_url`` in ``$CODEX_HOME/config.toml`` pointed at a loopback
+server), authenticated by nothing but an exported ``OPENAI_API_KEY``, as the README says. A
+rejected key (HTTP 401) must end the same program with ``error`` and a safe diagnostic, not a
+traceback.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh.subagent_codex.testing import FakeResponsesServer, HttpStatus, write_codex_home
+from dsh.subagent_codex.testing import FakeResponsesServer, HttpStatus
 from dsh.subprocess import Collect, SpawnSpec, default_runtime
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
@@ -41,10 +42,10 @@ def test_the_tour_is_a_complete_program() -> None:
 async def _run_tour(tmp_path: Path, server: FakeResponsesServer) -> tuple[int | None, str, str]:
     script = tmp_path / "tour.py"
     script.write_text(tour_source(), encoding="utf-8")
-    # The loopback provider reads its key from OPENAI_API_KEY, as Codex's OpenAI provider does.
-    home = write_codex_home(
-        tmp_path / "codex-home", server.base_url, "tour-model", env_key="OPENAI_API_KEY"
-    )
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    config = f'model = "gpt-5"\nopenai_base_url = "{server.base_url}"\n'
+    (home / "config.toml").write_text(config, encoding="utf-8")
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "README.md").write_text("# A repo\n", encoding="utf-8")

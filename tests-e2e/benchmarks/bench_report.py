@@ -15,6 +15,7 @@ Product = Literal["codex", "claude-code"]
 PRODUCTS: tuple[Product, ...] = ("codex", "claude-code")
 VARIANTS = ("dsh", "sdk", "cli")
 PLAIN = "plain"
+WATCHED = "watched"  # dsh with the caller's watchdog armed (the tool's default limits)
 """The optional fourth variant: dsh with its supervisors off (``--ab-plain``), in the same trios."""
 TARGET_E2E_RATIO = 0.98
 TARGET_CPU_RATIO = 1.0
@@ -67,7 +68,7 @@ class CancelSample:
 @dataclass
 class Results:
     e2e: dict[str, list[Sample]] = field(
-        default_factory=lambda: {v: [] for v in (*VARIANTS, PLAIN)}
+        default_factory=lambda: {v: [] for v in (*VARIANTS, PLAIN, WATCHED)}
     )
     cancel_idle: list[CancelSample] = field(default_factory=list)
     cancel_tool: list[CancelSample] = field(default_factory=list)
@@ -151,6 +152,14 @@ def summarize(product: Product, results: Results, concurrency: int) -> dict[str,
             metric: paired_ratio(results.e2e["dsh"], results.e2e[PLAIN], metric)
             for metric in ("total_s", "answer_s", "cpu_s")
         }
+    if "dsh" in e2e and WATCHED in e2e:
+        summary["watched_vs_dsh"] = {
+            metric: paired_ratio(results.e2e[WATCHED], results.e2e["dsh"], metric)
+            for metric in ("total_s", "answer_s", "cpu_s")
+        }
+        summary["watchdog_cpu_ms"] = 1000 * (
+            e2e[WATCHED]["cpu_s"]["median"] - e2e["dsh"]["cpu_s"]["median"]
+        )
     summary["targets"] = _targets(product, summary)
     return summary
 
@@ -332,6 +341,14 @@ def print_report(report: dict[str, Any]) -> None:
                 f" ms, parent CPU {_ms(plain['cpu_s'])} ms; supervised / plain, median of"
                 f" per-trio ratios: end to end {ab['total_s']:.3f}x, time to answer"
                 f" {ab['answer_s']:.3f}x, parent CPU {ab['cpu_s']:.3f}x"
+            )
+        watched = s.get("watched_vs_dsh")
+        if watched:
+            console.print(
+                f"  dsh with the limits' watchdog armed, in the same trios: parent CPU"
+                f" {_ms(e2e[WATCHED]['cpu_s'])} ms ({s['watchdog_cpu_ms']:+.2f} ms vs dsh);"
+                f" watched / dsh, median of per-trio ratios: end to end"
+                f" {watched['total_s']:.3f}x, parent CPU {watched['cpu_s']:.3f}x"
             )
         if s["late_tree_exits"]:
             console.print(f"  [red]trees outlived their close: {s['late_tree_exits']}[/red]")

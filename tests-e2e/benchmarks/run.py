@@ -38,6 +38,7 @@ from bench_report import (
     PLAIN,
     PRODUCTS,
     VARIANTS,
+    WATCHED,
     CancelSample,
     Product,
     Results,
@@ -65,6 +66,7 @@ from dsh.subprocess import (
 )
 from dsh.subprocess import _process as process_module
 from dsh.subprocess.testing import spawner_processes
+from dsh.tool_subagent._limits import RunLimits, Watchdog
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_JSON = HERE / "results" / "latest.json"
@@ -306,7 +308,11 @@ class Bench:
         """Script the model for a cancel run (Codex routes by task text; nothing to do)."""
 
     # -- shared --
-    async def dsh_once(self, slot: str, *, supervised: bool = True) -> Sample:
+    async def dsh_once(
+        self, slot: str, *, supervised: bool = True, watched: bool = False
+    ) -> Sample:
+        """One dsh run; ``watched`` arms the caller's watchdog as the delegation tool does
+        (``stall_timeout_s`` at its default and a wall clock of an hour: both timers)."""
         provider = self.dsh_provider(slot)
         request = _request(self._dir("ws", slot), "BENCH-E2E answer please", self.product)
         close_s = 0.0
@@ -323,10 +329,16 @@ class Bench:
                 process_module._SUPERVISED = was
             tree_id = _tree_of(run).tree_id
             OUR_TREES.add(tree_id)
+            watchdog = None
+            if watched:
+                loop_time = asyncio.get_running_loop().time()
+                watchdog = Watchdog(run, RunLimits(timeout_s=3600.0), loop_time)
             try:
                 result = await run.result()
                 answered = time.perf_counter()
             finally:
+                if watchdog is not None:
+                    watchdog.stop()
                 closing = time.perf_counter()
                 await run.aclose()
                 close_s = time.perf_counter() - closing
@@ -580,6 +592,7 @@ async def _round(
     runners: dict[str, Callable[[], Awaitable[Sample]]] = {
         "dsh": lambda: bench.dsh_once("e2e"),
         PLAIN: lambda: bench.dsh_once("e2e-plain", supervised=False),
+        WATCHED: lambda: bench.dsh_once("e2e-watched", watched=True),
         "sdk": bench.sdk_sample,
         "cli": bench.cli_once,
     }
@@ -673,6 +686,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="add dsh without supervisors as a fourth variant of every trio (paired A/B)",
     )
     parser.add_argument(
+        "--ab-watchdog",
+        action="store_true",
+        help="add dsh with the limits' watchdog armed as another variant of every trio (paired"
+        " A/B: the watchdog's parent CPU per run)",
+    )
+    parser.add_argument(
         "--prewarm",
         nargs="?",
         type=int,
@@ -712,6 +731,8 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     variants: tuple[str, ...] = ("dsh", "cli") if args.no_peers else VARIANTS
     if args.ab_plain:
         variants = (*variants, PLAIN)
+    if args.ab_watchdog:
+        variants = (*variants, WATCHED)
     if not args.no_peers:
         # Import cost (≈0.7 s for openai_codex) stays out of every timing.
         await asyncio.to_thread(importlib.import_module, "openai_codex")

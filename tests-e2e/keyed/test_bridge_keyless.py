@@ -105,7 +105,7 @@ async def test_upstream_status_reaches_codex_as_its_safe_category(
     first = result.diagnostic.splitlines()[0]
     assert first.startswith(
         "Product subagent failure (product: Codex; stage: turn; "
-        "category: httpConnectionFailed; HTTP status: 401"
+        "category: unauthorized; HTTP status: 401"
     )
     assert len(bridge.requests) == 1
     assert len(fake_chat.requests) == 1

@@ -46,6 +46,7 @@ from dsh.subagent_codex.testing import (
     RecordedRequest,
     Reply,
     Stall,
+    Trickle,
     hermetic_env,
     write_codex_home,
 )
@@ -290,8 +291,14 @@ class Setup:
         return Harness.from_profile({**self.profile, "jobs": table})
 
 
-def codex_route(request: RecordedRequest) -> Reply | Stall | None:
+#: What a ``TRICKLE`` task streams, one piece a second (6 s in all).
+TRICKLE_WORDS = tuple(f"tick{i} " for i in range(7))
+
+
+def codex_route(request: RecordedRequest) -> Reply | Stall | Trickle | None:
     task = request.task or ""
+    if task.startswith("TRICKLE"):
+        return Trickle(TRICKLE_WORDS, interval_s=1.0)
     if task.startswith("HOLD"):
         call = {"cmd": f"echo holding; sleep {task.split()[1]}", "login": False}
         return Reply((FunctionCallItem("exec_command", {**call, "yield_time_ms": 30_000}),))
@@ -306,6 +313,8 @@ def claude_route(request: ClaudeRequest) -> Behaviour | None:
     task = request.task or ""
     if task.startswith("STALL"):
         return Behaviour("stall")
+    if task.startswith("TRICKLE"):
+        return Behaviour("trickle", text="".join(TRICKLE_WORDS).strip(), seconds=1.0)
     return Behaviour("text", text=f"claude says: {task}")
 
 

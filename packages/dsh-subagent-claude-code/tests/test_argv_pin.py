@@ -31,6 +31,7 @@ def _sdk_argv(cli: str, config: ClaudeCodeProviderConfig, system_prompt: Any) ->
         if config.permission_mode == "bypassPermissions"
         else "stdio",
         extra_args={"no-session-persistence": None},
+        include_partial_messages=True,
     )
     return SubprocessCLITransport(prompt="", options=options)._build_command()
 

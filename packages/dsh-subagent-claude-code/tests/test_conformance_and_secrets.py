@@ -63,6 +63,7 @@ async def test_run_provider_conformance(
         server.release_stalls()
     assert "cancel_mid_run" in report.passed
     assert "fails_safely" in report.passed
+    assert "reports_activity" in report.passed
 
 
 async def test_canary_never_reaches_results_messages_or_logs(

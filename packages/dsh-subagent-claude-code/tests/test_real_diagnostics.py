@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dsh.subagent import ProductFailure, StopReason
-from dsh.subagent_claude_code import ClaudeCodeRun
-from dsh.subagent_claude_code.testing import FakeMessagesServer
+from dsh.subagent_claude_code import ClaudeCodeProvider, ClaudeCodeProviderConfig, ClaudeCodeRun
+from dsh.subagent_claude_code.testing import FakeMessagesServer, hermetic_env
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
 
@@ -64,3 +65,25 @@ async def test_a_lone_surrogate_prompt_is_rejected_before_spawning_like_codex(
     )
     assert server.requests == []
     assert own_marked_processes() == []
+
+
+@pytest.mark.parametrize("status", [401, 403])
+async def test_a_rejected_key_settles_at_once_under_the_default_retry_settings(
+    tmp_path: Path, make_request: Any, workspace: Path, status: int
+) -> None:
+    """No ``CLAUDE_CODE_MAX_RETRIES``: the CLI's own defaults, which do not retry a 401 or 403."""
+    async with FakeMessagesServer() as server:
+        server.queue_http_error(status, "invalid x-api-key")
+        env = hermetic_env(tmp_path / "homes", server.base_url)
+        del env["CLAUDE_CODE_MAX_RETRIES"]
+        provider = ClaudeCodeProvider(ClaudeCodeProviderConfig(env=env))
+        run = await provider.start(make_request("t", workspace))
+        began = time.monotonic()
+        async with run:
+            result = await run.result()
+        settled = time.monotonic() - began
+        requests = server.requests
+    assert result.stop_reason == StopReason.ERROR
+    assert f"category: authentication; HTTP status: {status}" in (result.diagnostic or ""), result
+    assert settled < 2.0, f"settled {settled:.2f} s after start"
+    assert len(requests) == 1

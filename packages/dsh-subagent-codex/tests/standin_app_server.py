@@ -107,6 +107,10 @@ def handshake():
     nxt = read()
     if nxt.get("method") == "initialized":
         nxt = read()
+    if nxt.get("method") == "account/read":
+        # A model provider that needs no OpenAI auth (every stand-in scenario).
+        send({"id": nxt["id"], "result": {"account": None, "requiresOpenaiAuth": False}})
+        nxt = read()
     log({"thread/start": nxt})
     if SCENARIO == "thread_not_ephemeral":
         send({"id": nxt["id"], "result": {"thread": {"id": THREAD, "ephemeral": False}}})

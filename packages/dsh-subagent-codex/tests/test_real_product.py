@@ -394,13 +394,14 @@ async def test_run_provider_conformance(tmp_path: Path) -> None:
         async def after_each() -> None:
             assert await asyncio.to_thread(marked_processes, owner_pid=os.getpid()) == []
 
-        await run_provider_conformance(
+        report = await run_provider_conformance(
             make_provider,
             make_request=lambda: make_start_request(ws, "answer please"),
             make_failing_request=lambda: make_start_request(ws, "fail please"),
             make_long_request=lambda: make_start_request(ws, "stall please"),
             after_each=after_each,
         )
+    assert "reports_activity" in report.passed
 
 
 async def test_dropped_stream_is_other_and_unphased_answer_is_used(codex_env: Env) -> None:

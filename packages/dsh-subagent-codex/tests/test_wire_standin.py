@@ -107,7 +107,11 @@ async def test_handshake_fields(tmp_path: Path) -> None:
     params = init["params"]
     assert params["clientInfo"]["name"] == "dsh"
     assert params["capabilities"]["experimentalApi"] is False
-    assert "item/agentMessage/delta" in params["capabilities"]["optOutNotificationMethods"]
+    # The streaming deltas stay on: they move the run's activity stamp (the stall limit).
+    assert params["capabilities"]["optOutNotificationMethods"] == [
+        "thread/tokenUsage/updated",
+        "account/rateLimits/updated",
+    ]
     thread = entries[1]["thread/start"]["params"]
     assert thread == {
         "cwd": str(tmp_path),

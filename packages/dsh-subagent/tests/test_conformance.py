@@ -56,8 +56,9 @@ async def test_fake_provider_conforms() -> None:
     assert "cancel_wins_at_once" in report.passed
     assert "cancel_mid_run" in report.passed
     assert "fails_safely" in report.passed
-    assert len(report.passed) == 10
-    assert leaks == [0] * 10
+    assert "reports_activity" in report.passed
+    assert len(report.passed) == 11
+    assert leaks == [0] * 11
 
 
 class _ResultRaises(FakeProvider):
@@ -93,9 +94,59 @@ class _DiagnosticOnSuccess(FakeProvider):
         return run
 
 
+class _NoActivity(FakeProvider):
+    """A third-party run written before the activity stamp: it has no ``last_activity``."""
+
+    async def start(self, request: ResolvedStartRequest) -> FakeRun:
+        run = await super().start(request)
+        stampless = _Stampless(run)
+        return stampless  # type: ignore[return-value]
+
+
+class _Stampless:
+    """Forwards the run's methods, and nothing else."""
+
+    def __init__(self, run: FakeRun) -> None:
+        self._run = run
+        self.id = run.id
+
+    async def result(self) -> SubagentResult:
+        return await self._run.result()
+
+    def cancel(self, reason: str | None = None) -> None:
+        self._run.cancel(reason)
+
+    async def aclose(self) -> None:
+        await self._run.aclose()
+
+    async def __aenter__(self) -> _Stampless:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class _Frozen:
+    def __init__(self, last: float) -> None:
+        self.last = last
+
+    def touch(self) -> None:
+        pass
+
+
+class _FrozenActivity(FakeProvider):
+    """A run whose stamp never moves after start (it forgot to touch it per message)."""
+
+    async def start(self, request: ResolvedStartRequest) -> FakeRun:
+        run = await super().start(request)
+        run._activity = _Frozen(run.last_activity)  # type: ignore[assignment]
+        return run
+
+
 @pytest.mark.parametrize(
     ("broken", "expected"),
     [
+        (_FrozenActivity, "reports_activity: last_activity did not move"),
         (_ResultRaises, "result() raised RuntimeError"),
         (_AnswerBeatsCancel, "local cancel must win"),
         (_DiagnosticOnSuccess, "a completed result must have no diagnostic"),
@@ -108,6 +159,18 @@ async def test_broken_provider_fails(broken: type[FakeProvider], expected: str) 
         )
     assert expected in str(info.value)
     assert "violates the subagent contract" in str(info.value)
+
+
+async def test_a_run_without_the_stamp_fails_only_the_activity_check() -> None:
+    # A third-party provider written before the stamp still runs (the stall limit cannot apply
+    # to it); the kit names what it lacks.
+    with pytest.raises(AssertionError) as info:
+        await run_provider_conformance(
+            lambda: _NoActivity("old", delay=0.01), make_request=_request, step_timeout=2
+        )
+    lines = str(info.value).splitlines()[1:]
+    assert [line.split(":")[0].strip() for line in lines] == ["reports_activity"]
+    assert "run.last_activity must be the time.monotonic()" in lines[0]
 
 
 async def test_awaiter_cancel_that_cancels_run_fails() -> None:

@@ -82,6 +82,9 @@ async def test_a_portable_job_carries_plain_data_and_ends_like_a_local_one(tmp_p
         "cwd": str(tmp_path),
         "label": "portable",
         "max_depth": None,
+        # The tool's limits travel as numbers; the worker enforces them (docs/liveness.md).
+        "timeout_s": None,
+        "stall_timeout_s": 900.0,
     }
 
 

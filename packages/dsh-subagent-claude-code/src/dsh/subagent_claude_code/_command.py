@@ -60,6 +60,9 @@ def cli_argv(cli: str, config: ClaudeCodeProviderConfig) -> list[str]:
     if config.permission_mode != "bypassPermissions":
         argv += ["--permission-prompt-tool", "stdio"]
     argv += ["--permission-mode", config.permission_mode]
+    # One stream_event frame per model SSE event: a model that is still answering keeps the
+    # run's activity stamp moving (the caller's stall limit, docs/liveness.md).
+    argv += ["--include-partial-messages"]
     argv += ["--no-session-persistence"]
     argv += ["--input-format", "stream-json"]
     return argv

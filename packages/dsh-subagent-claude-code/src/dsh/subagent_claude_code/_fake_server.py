@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -26,16 +27,20 @@ __all__ = ["Behaviour", "FakeMessagesServer", "RecordedRequest", "hermetic_env"]
 
 _DEFAULT_MODEL = "claude-sonnet-5-5"
 _USAGE = {"input_tokens": 10, "output_tokens": 5}
+_MAX_TRICKLE_S = 10.0
+"""The longest pause between two words of a ``trickle``."""
 
 
 @dataclass(frozen=True, slots=True)
 class Behaviour:
-    """One scripted reply: ``text``, ``tool_use``, ``http_error``, ``drop`` or ``stall``.
+    """One scripted reply: ``text``, ``tool_use``, ``http_error``, ``drop``, ``stall``, ``trickle``.
 
-    A ``stall`` lasts ``seconds`` when set, else until ``release_stalls()`` or ``close()``.
+    A ``stall`` lasts ``seconds`` when set, else until ``release_stalls()`` or ``close()``. A
+    ``trickle`` streams ``text`` one word at a time, one every ``seconds`` (default 1): a slow
+    model that never stops talking.
     """
 
-    kind: Literal["text", "tool_use", "http_error", "drop", "stall"]
+    kind: Literal["text", "tool_use", "http_error", "drop", "stall", "trickle"]
     text: str = ""
     tool_name: str = ""
     tool_input: Mapping[str, Any] = field(default_factory=dict)
@@ -213,6 +218,12 @@ class FakeMessagesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
         """Accept the request and go silent (for ``seconds``, or until released or closed)."""
         self.queue(Behaviour("stall", seconds=seconds), match=match)
 
+    def queue_trickle(
+        self, text: str, *, interval_s: float = 1.0, match: str | None = None
+    ) -> None:
+        """An answer streamed one word every ``interval_s`` (a slow, live model)."""
+        self.queue(Behaviour("trickle", text=text, seconds=interval_s), match=match)
+
     def release_stalls(self) -> None:
         """Let every stalled request end (its connection is closed); later stalls stall again."""
         released, self._released = self._released, threading.Event()
@@ -261,6 +272,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         elif behaviour.kind == "drop":
             self._drop(record.stream, behaviour, model)
+        elif behaviour.kind == "trickle" and record.stream:
+            self._trickle(behaviour, model, released)
         elif record.stream:
             self._sse(list(_events(behaviour, model)))
         else:
@@ -309,6 +322,28 @@ class _Handler(BaseHTTPRequestHandler):
     def _sse(self, events: list[tuple[str, dict[str, Any]]]) -> None:
         self._sse_head()
         self.wfile.write(b"".join(_frame(name, data) for name, data in events))
+        self.wfile.flush()
+        self.close_connection = True
+
+    def _trickle(self, behaviour: Behaviour, model: str, released: threading.Event) -> None:
+        """The text block's events with one ``text_delta`` per word, ``seconds`` apart."""
+        interval = min(max(behaviour.seconds or 1.0, 0.0), _MAX_TRICKLE_S)
+        events = list(_events(Behaviour("text", text=behaviour.text), model))
+        self._sse_head()
+        for name, data in events[:2]:  # message_start, content_block_start
+            self.wfile.write(_frame(name, data))
+        for index, word in enumerate(re.findall(r"\S+\s*", behaviour.text)):
+            if index and released.wait(interval):
+                break
+            delta = {"type": "text_delta", "text": word}
+            self.wfile.write(
+                _frame(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": 0, "delta": delta},
+                )
+            )
+            self.wfile.flush()
+        self.wfile.write(b"".join(_frame(n, d) for n, d in events[3:]))
         self.wfile.flush()
         self.close_connection = True
 

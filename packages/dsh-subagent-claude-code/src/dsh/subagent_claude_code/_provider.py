@@ -53,6 +53,8 @@ _INSTALL = ProductInstall(
     config_dir_env=CLAUDE_CONFIG_DIR_ENV[0],
     default_config_dir=".claude",
     login_file=".credentials.json",
+    login_env=("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"),
+    login_command="claude auth login",
 )
 
 

@@ -108,6 +108,11 @@ class ClaudeCodeRun:
 
     # ---- SubagentRun ----------------------------------------------------------------------
 
+    @property
+    def last_activity(self) -> float:
+        """When the last stdout line was read from the CLI (``time.monotonic()``)."""
+        return self._transport.activity.last
+
     async def result(self) -> SubagentResult:
         return await asyncio.shield(self._latch.wait())
 

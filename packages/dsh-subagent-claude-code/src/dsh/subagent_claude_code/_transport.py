@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from claude_agent_sdk import CLIConnectionError, CLIJSONDecodeError, ProcessError, Transport
 
-from dsh.subagent import CloseOnce
+from dsh.subagent import ActivityStamp, CloseOnce
 from dsh.subprocess import (
     BoundedLines,
     LineTooLong,
@@ -35,6 +35,16 @@ _WARM_INIT_ID = "dsh_warm_initialize"
 """The request id of a warm process's own ``initialize`` (the SDK's are ``req_<n>_<hex>``)."""
 
 ControlHandler = Callable[[dict[str, Any]], dict[str, Any] | None]
+
+
+def _is_retry_notice(message: dict[str, Any]) -> bool:
+    """The CLI's ``system`` / ``api_retry`` line: the product waiting to retry, not activity.
+
+    By default the CLI retries a failed request 10 times (about 180 s) and, against an endpoint
+    that accepts and never answers, each attempt waits ``API_TIMEOUT_MS`` (600 s): were its
+    retry notices activity, the caller's stall limit could never end that run.
+    """
+    return message.get("type") == "system" and message.get("subtype") == "api_retry"
 
 
 class DshTransport(Transport):
@@ -75,6 +85,8 @@ class DshTransport(Transport):
         self._lines: BoundedLines | None = None
         self._line_iter: AsyncIterator[bytes] | None = None
         self._early: list[dict[str, Any]] = []
+        self.activity = ActivityStamp()
+        """Moved by every stdout line read from the CLI (the run's ``last_activity``)."""
 
     # ---- ladder (sync, usable from cancel()) ----------------------------------------------
 
@@ -244,6 +256,7 @@ class DshTransport(Transport):
     def _parse(self, line: bytes) -> dict[str, Any] | None:
         text = line.strip()
         if not text or not text.startswith(b"{"):
+            self.activity.touch()
             return None
         try:
             data = json.loads(text)
@@ -251,7 +264,12 @@ class DshTransport(Transport):
             # Never let raw product text into an exception message (the SDK logs it at ERROR).
             _log.debug("undecodable CLI frame", exc_info=True)
             raise CLIJSONDecodeError("<undecodable stdout frame>", error) from None
-        return data if isinstance(data, dict) else None
+        if not isinstance(data, dict):
+            self.activity.touch()
+            return None
+        if not _is_retry_notice(data):
+            self.activity.touch()
+        return data
 
     async def _intercept(self, message: dict[str, Any]) -> bool:
         if message.get("type") != "control_request":

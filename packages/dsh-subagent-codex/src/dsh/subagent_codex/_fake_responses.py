@@ -89,7 +89,17 @@ class Stall:
     seconds: float = 60.0
 
 
-Behaviour: TypeAlias = Reply | HttpStatus | ResponseFailed | Drop | Stall
+@dataclass(frozen=True)
+class Trickle:
+    """A 200 SSE stream that sends one assistant message as ``pieces``, one every ``interval_s``
+    (``response.output_text.delta`` events), then the message and ``response.completed``: a
+    slow model that never stops talking. At most ``MAX_STALL_S`` in all."""
+
+    pieces: Sequence[str]
+    interval_s: float = 1.0
+
+
+Behaviour: TypeAlias = Reply | HttpStatus | ResponseFailed | Drop | Stall | Trickle
 
 
 @dataclass(frozen=True)
@@ -118,6 +128,7 @@ def _last_text(content: Any) -> str | None:
 
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found"}
+_REASONS |= {426: "Upgrade Required"}
 _REASONS |= {413: "Payload Too Large", 429: "Too Many Requests", 500: "Internal Server Error"}
 _REASONS |= {502: "Bad Gateway", 503: "Service Unavailable"}
 
@@ -131,6 +142,11 @@ class FakeResponsesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
     as ``ScriptedModelServer`` describes, and read ``requests`` (the ``POST .../responses``
     calls) afterwards. A stall ends after its ``seconds`` (at most ``MAX_STALL_S``), at
     ``release_stalls()`` or at ``stop()``.
+
+    Codex's built-in ``openai`` provider first asks for a WebSocket (``GET .../responses`` with
+    ``Upgrade: websocket``); the server answers ``websocket_status`` (426 by default, after which
+    Codex falls back to HTTP at once; a 404 costs it about 6.5 s of retries first). The upgrade
+    requests are recorded with the other non-model requests, never in ``requests``.
     """
 
     def __init__(
@@ -138,8 +154,10 @@ class FakeResponsesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
         *,
         default: Behaviour | None = None,
         route: Callable[[RecordedRequest], Behaviour | None] | None = None,
+        websocket_status: int = 426,
     ) -> None:
         super().__init__(default=default, route=route)
+        self._websocket_status = websocket_status
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self._stalls_released = asyncio.Event()
@@ -160,6 +178,10 @@ class FakeResponsesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
             return
         server.close()
         handlers = list(self._handlers)
+        if handlers:
+            # Released stalls end on their own first; cancelling a handler that is still in
+            # its stall makes asyncio log the cancelled connection task as an ERROR.
+            await asyncio.wait(handlers, timeout=0.5)
         for task in handlers:
             task.cancel()
         await asyncio.gather(*handlers, return_exceptions=True)
@@ -219,6 +241,12 @@ class FakeResponsesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
         stopped (either way at most ``MAX_STALL_S``)."""
         self.queue(Stall((), MAX_STALL_S if seconds is None else seconds), match=match)
 
+    def queue_trickle(
+        self, pieces: Sequence[str], *, interval_s: float = 1.0, match: str | None = None
+    ) -> None:
+        """An answer streamed as ``pieces``, one every ``interval_s`` (a slow, live model)."""
+        self.queue(Trickle(tuple(pieces), interval_s), match=match)
+
     def queue_failed(
         self, code: str, message: str = "the fake model failed", *, match: str | None = None
     ) -> None:
@@ -273,6 +301,10 @@ class FakeResponsesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
         request = RecordedRequest(method, route, query, headers, parsed, body)
         if not _is_responses(method, route):
             self._record(request, model_call=False)
+            if _is_websocket_upgrade(method, route, headers):
+                body = json.dumps(_error_body("websocket not offered")).encode()
+                await _plain(writer, self._websocket_status, body)
+                return
             await _plain(writer, 404, b'{"error":{"message":"not found"}}')
             return
         behaviour = self._answer(request)
@@ -313,6 +345,9 @@ class FakeResponsesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
             b"cache-control: no-cache\r\nconnection: close\r\n\r\n"
         )
         _event(writer, "response.created", {"response": {"id": response_id}})
+        if isinstance(behaviour, Trickle):
+            await _trickle(writer, behaviour, f"{response_id}_0")
+            behaviour = Reply((MessageItem("".join(behaviour.pieces)),))
         for index, item in enumerate(behaviour.items):
             done = {"output_index": index, "item": _item_json(item, f"{response_id}_{index}")}
             _event(writer, "response.output_item.done", done)
@@ -336,8 +371,28 @@ class FakeResponsesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
         await writer.drain()
 
 
+async def _trickle(writer: asyncio.StreamWriter, behaviour: Trickle, item_id: str) -> None:
+    """The message item's ``added`` event, then one text delta per piece, spaced in time."""
+    added = {"type": "message", "id": item_id, "role": "assistant", "status": "in_progress"}
+    _event(
+        writer, "response.output_item.added", {"output_index": 0, "item": added | {"content": []}}
+    )
+    interval = min(max(behaviour.interval_s, 0.0), MAX_STALL_S / max(len(behaviour.pieces), 1))
+    for index, piece in enumerate(behaviour.pieces):
+        if index:
+            await asyncio.sleep(interval)
+        delta = {"item_id": item_id, "output_index": 0, "content_index": 0, "delta": piece}
+        _event(writer, "response.output_text.delta", delta)
+        await writer.drain()
+
+
 def _is_responses(method: str, path: str) -> bool:
     return method == "POST" and path.rstrip("/").endswith("/responses")
+
+
+def _is_websocket_upgrade(method: str, path: str, headers: Mapping[str, str]) -> bool:
+    upgrade = headers.get("upgrade", "").lower() == "websocket"
+    return method == "GET" and upgrade and path.rstrip("/").endswith("/responses")
 
 
 def _error_body(message: str) -> dict[str, Any]:

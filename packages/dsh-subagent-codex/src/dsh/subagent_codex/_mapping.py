@@ -32,16 +32,11 @@ MODE_FIELDS: Final[Mapping[str, Mapping[str, str]]] = {
     },
 }
 
-#: Streaming notifications we never read; Codex stops sending them (less parsing per turn).
+#: Notifications we never read; Codex stops sending them (less parsing per turn). The streaming
+#: deltas (model text, reasoning, command output) are kept: each one moves the run's activity
+#: stamp, so a model that is still answering or a command that is still printing is not taken
+#: for a stall by the caller's ``stall_timeout_s`` (docs/liveness.md).
 OPT_OUT_NOTIFICATIONS: Final = (
-    "item/agentMessage/delta",
-    "item/reasoning/summaryTextDelta",
-    "item/reasoning/summaryPartAdded",
-    "item/reasoning/textDelta",
-    "item/commandExecution/outputDelta",
-    "item/fileChange/outputDelta",
-    "item/plan/delta",
-    "command/exec/outputDelta",
     "thread/tokenUsage/updated",
     "account/rateLimits/updated",
 )

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
 from dsh.subagent import DemoPlan, FailureFacts, ProductFailure, ResolvedStartRequest
 from dsh.subagent.kit import ProductInstall, ProviderBase, check_one_shot_request
+from dsh.subagent_codex._auth import AuthPlan, plan_auth
 from dsh.subagent_codex._config import CodexProviderConfig
 from dsh.subagent_codex._env import forwarding, tool_env_override
+from dsh.subagent_codex._first_start import first_start_guard
 from dsh.subagent_codex._mapping import MODE_FIELDS, OPT_OUT_NOTIFICATIONS, PREFIX, PRODUCT
 from dsh.subagent_codex._run import CodexRun, StartupFailure
 from dsh.subagent_codex._warm import CodexSteps, WarmCodex
@@ -30,6 +33,14 @@ from dsh.subprocess import (
 __all__ = ["CodexProvider"]
 
 _log = logging.getLogger("dsh.subagent_codex")
+
+
+@functools.cache
+def _product_version() -> str:
+    try:
+        return metadata.version("openai-codex-cli-bin")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 @functools.cache
@@ -73,6 +84,8 @@ _INSTALL = ProductInstall(
     config_dir_env="CODEX_HOME",
     default_config_dir=".codex",
     login_file="auth.json",
+    login_env=("OPENAI_API_KEY", "CODEX_API_KEY"),
+    login_command="codex login",
 )
 
 
@@ -101,7 +114,6 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
         steps = CodexSteps(
             argv_env=self._argv_env,
             spawn=self._spawn,
-            initialize=self._initialize,
             thread_params=self._thread_params,
             publish=self._publish,
         )
@@ -163,15 +175,11 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
     async def _spawn_and_publish(self, cwd: str, texts: list[str]) -> CodexRun:
         run = await self._spawn(cwd, self._argv_env)
         try:
-            await run.handshake(_client_info(), _capabilities(), self._thread_params(cwd))
+            await run.start_thread(self._thread_params(cwd))
         except BaseException as exc:
             await self._rollback(run, exc)
             raise  # unreachable: _rollback always raises
         return await self._publish(run, texts)
-
-    async def _initialize(self, run: CodexRun) -> None:
-        """``initialize`` + ``initialized`` only: what a warm process does ahead of its request."""
-        await run.initialize(_client_info(), _capabilities())
 
     async def _publish(self, run: CodexRun, texts: list[str]) -> CodexRun:
         try:
@@ -196,10 +204,43 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
     async def _spawn(
         self, cwd: str, argv_env: Callable[[], tuple[list[str], dict[str, str | None]]]
     ) -> CodexRun:
-        """Spawn ``codex app-server`` in ``cwd``; the safe ``initialize`` failure if it fails."""
-        config = self.config
+        """Spawn ``codex app-server`` in ``cwd``, initialize it and settle its credentials.
+
+        Failures are the safe ``ProductFailure`` of their stage, after the tree has exited.
+        """
         try:
             argv, env = argv_env()
+            auth = plan_auth(env)
+        except (OSError, ImportError, ValueError) as exc:
+            failure = _failure("initialize")
+            _log.info("%s", failure)
+            raise failure from exc
+        # The auth args go before the subcommand: ``codex [-c ...] app-server --listen stdio://``.
+        argv = [*argv[:-3], *auth.extra_args, *argv[-3:]]
+        guard = (
+            first_start_guard(auth.home, _product_version())
+            if self._program is None
+            else contextlib.nullcontext()  # a scripted stand-in creates no state databases
+        )
+        async with guard:
+            run = await self._spawn_process(cwd, argv, env, auth)
+            await self._or_rollback(run, run.initialize(_client_info(), _capabilities()))
+        await self._or_rollback(run, run.authenticate(auth.key(env)))
+        return run
+
+    async def _or_rollback(self, run: CodexRun, step: Awaitable[None]) -> None:
+        """Await a start-up step; on any failure bring the tree to exit and raise the safe error."""
+        try:
+            await step
+        except BaseException as exc:
+            await self._rollback(run, exc)
+            raise  # unreachable: _rollback always raises
+
+    async def _spawn_process(
+        self, cwd: str, argv: list[str], env: dict[str, str | None], auth: AuthPlan
+    ) -> CodexRun:
+        config = self.config
+        try:
             spec = SpawnSpec(
                 argv=argv,
                 cwd=cwd,
@@ -221,6 +262,7 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
             mode=config.permission_mode,
             grace_s=config.dispose_grace_ms / 1000.0,
             max_line=self._max_line,
+            auth=auth,
         )
 
     async def _rollback(self, run: CodexRun, exc: BaseException) -> None:

@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from dsh.subagent import (
+    ActivityStamp,
     CloseOnce,
     FailureFacts,
     ProductFailure,
@@ -20,6 +21,7 @@ from dsh.subagent import (
     failure_line,
     with_limits_hit,
 )
+from dsh.subagent_codex._auth import AuthPlan, login_stamp
 from dsh.subagent_codex._mapping import (
     DECLINED_ITEMS,
     PREFIX,
@@ -38,11 +40,27 @@ _INTERRUPT_TIMEOUT_S = 1.0
 _UNSUPPORTED = -32603
 _MAX_EARLY_FRAMES = 10_000
 _NO_FINAL = "Codex completed without a final answer"
+_LOCAL_REPLY_S = 30.0
+"""How long an account exchange may take (Codex answers from its own state in milliseconds)."""
+_REJECTED_KEY_STATUSES = frozenset({401, 403})
 _TURN_START_REPLY_S = 30.0
 """How long the ``turn/start`` reply may take. Codex answers it at once (in milliseconds, before
 the model is called), but it drops a request it cannot deserialize without any answer, and the
 run would then wait at ``turn-start`` forever. This bounds one protocol exchange, not the run:
 the turn itself still has no wall-clock limit of ours."""
+
+
+def _is_retry_notice(frame: dict[str, Any]) -> bool:
+    """An ``error`` notification Codex will retry after: waiting, not activity.
+
+    With no network Codex retries forever by default ("Reconnecting... waiting for network",
+    ``unbounded_connection_retries``), sending one such notice per attempt; were they activity,
+    the stall limit could never end that run.
+    """
+    if frame.get("method") != "error":
+        return False
+    params = frame.get("params")
+    return isinstance(params, dict) and params.get("willRetry") is True
 
 
 class StartupFailure(Exception):
@@ -66,7 +84,15 @@ def _thread_turn(params: Any) -> tuple[Any, Any]:
 class CodexRun:
     """A published (or publishing) one-shot Codex run. Create it with ``CodexProvider.start``."""
 
-    def __init__(self, proc: ManagedProcess, *, mode: str, grace_s: float, max_line: int) -> None:
+    def __init__(
+        self,
+        proc: ManagedProcess,
+        *,
+        mode: str,
+        grace_s: float,
+        max_line: int,
+        auth: AuthPlan | None = None,
+    ) -> None:
         self._id = str(uuid.uuid4())
         self._proc = proc
         assert proc.stdin is not None
@@ -74,6 +100,7 @@ class CodexRun:
         self._stdout = proc.stdout
         self._wire = Wire(proc.stdin)
         self._mode = mode
+        self._auth = auth
         self._grace_s = grace_s
         self._max_line = max_line
         self._latch = ResultLatch()
@@ -93,11 +120,17 @@ class CodexRun:
         self._interrupt: asyncio.Task[None] | None = None
         self._turn_start_timer: asyncio.TimerHandle | None = None
         self._closing = CloseOnce()
+        self._activity = ActivityStamp()
 
     # -- public surface --------------------------------------------------------------------
     @property
     def id(self) -> str:
         return self._id
+
+    @property
+    def last_activity(self) -> float:
+        """When the last JSON-RPC frame was read from the app-server (``time.monotonic()``)."""
+        return self._activity.last
 
     async def result(self) -> SubagentResult:
         return await self._latch.wait()
@@ -134,13 +167,6 @@ class CodexRun:
         await self.aclose()
 
     # -- startup (driven by the provider) --------------------------------------------------
-    async def handshake(
-        self, client_info: dict[str, Any], capabilities: dict[str, Any], thread: dict[str, Any]
-    ) -> None:
-        """initialize → initialized → thread/start; raise ``StartupFailure`` on any problem."""
-        await self.initialize(client_info, capabilities)
-        await self.start_thread(thread)
-
     async def initialize(self, client_info: dict[str, Any], capabilities: dict[str, Any]) -> None:
         """initialize → initialized: all a warm process does before a request takes it."""
         self._reader = asyncio.get_running_loop().create_task(self._read())
@@ -152,6 +178,35 @@ class CodexRun:
         self._send_or_fail(lambda: self._wire.notify("initialized"))
         self._stage = "thread-start"
 
+    async def authenticate(self, login_key: str | None) -> None:
+        """``account/read``; log ``login_key`` in when an OpenAI account is required and missing.
+
+        Raises ``StartupFailure("auth", "unauthorized")`` when one is required and there is no
+        account and no key: an unauthenticated turn would wait forever (see ``_auth``).
+        """
+        self._stage = "auth"
+        state = await self._call_bounded("account/read", {"refreshToken": True})
+        if state is None:
+            raise StartupFailure("auth")
+        if state.get("account") is not None or state.get("requiresOpenaiAuth") is not True:
+            self._stage = "thread-start"
+            return
+        if not login_key:
+            raise StartupFailure("auth", "unauthorized")
+        login = {"type": "apiKey", "apiKey": login_key}
+        reply = await self._call_bounded("account/login/start", login)
+        if reply is None or reply.get("type") != "apiKey":
+            raise StartupFailure("auth", "unauthorized")
+        self._stage = "thread-start"
+
+    async def _call_bounded(self, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
+        """``_call`` for an exchange Codex answers locally: a silent product cannot hold it."""
+        try:
+            async with asyncio.timeout(_LOCAL_REPLY_S):
+                return await self._call(method, params)
+        except TimeoutError as exc:
+            raise StartupFailure(self._stage, "timeout") from exc
+
     def warm_usable(self) -> bool:
         """Thread started, not taken, and nothing has ended it since (a warm process's check)."""
         return (
@@ -160,6 +215,7 @@ class CodexRun:
             and not self._dead
             and not self._wire.closed
             and self._proc.outcome is None
+            and (self._auth is None or login_stamp(self._auth.home) == self._auth.stamp)
         )
 
     @property
@@ -238,6 +294,8 @@ class CodexRun:
     async def _read(self) -> None:
         try:
             async for frame in read_frames(self._stdout, self._max_line):
+                if not _is_retry_notice(frame):
+                    self._activity.touch()
                 if self._dead:
                     continue
                 self._dispatch(frame)
@@ -300,6 +358,8 @@ class CodexRun:
         assert isinstance(params, dict)
         if method == "item/completed":
             self._item_completed(params.get("item"))
+        elif method == "error":
+            self._turn_error(params)
         elif method == "turn/completed":
             self._terminal(params.get("turn"))
 
@@ -373,6 +433,18 @@ class CodexRun:
             request, what = DECLINED_ITEMS[kind]
             reason = f"Codex declined {what} under the selected permission mode"
             self._fact = fact_line(self._mode, request, "declined", reason)
+
+    def _turn_error(self, params: dict[str, Any]) -> None:
+        """A rejected credential ends the run at its first 401 or 403, not after Codex's retries.
+
+        Codex retries a 401 at the stream level (6 requests over about 6.5 s by default, and its
+        retry notices carry the status); no retry can fix a rejected key.
+        """
+        error = params.get("error")
+        info = error.get("codexErrorInfo") if isinstance(error, dict) else None
+        _category, http_status = classify_error_info(info)
+        if http_status in _REJECTED_KEY_STATUSES:
+            self._fail("turn", "unauthorized", http_status=http_status)
 
     def _answer(self) -> str | None:
         text = self._final if self._final is not None else self._unphased

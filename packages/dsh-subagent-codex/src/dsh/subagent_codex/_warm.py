@@ -1,12 +1,14 @@
 """Warm Codex processes (``prewarm = N``): ``codex app-server`` spawned, ``initialize`` done.
 
-A warm process is a ``CodexRun`` that stopped after ``initialize`` + ``initialized`` and
-``thread/start`` (an ephemeral thread; every field of it comes from the instance's config and
-the request's cwd, which is in the key). A start that takes one sends only its task
-(``turn/start``). What Codex fixes per process is the key: the process cwd (Codex resolves what
-a thread leaves open against it, so a warm process runs in the request's cwd exactly as a cold
-one would), the argv, and the env overlay computed for the request (forwarded values included:
-a changed credential is a miss, never a stale process). See docs/dsh-subagent-codex.md.
+A warm process is a ``CodexRun`` that stopped after ``initialize`` + ``initialized``, the
+account check (and the login of a forwarded key) and ``thread/start`` (an ephemeral thread;
+every field of it comes from the instance's config and the request's cwd, which is in the key).
+A start that takes one sends only its task (``turn/start``). What Codex fixes per process is the
+key: the process cwd (Codex resolves what a thread leaves open against it, so a warm process runs
+in the request's cwd exactly as a cold one would), the argv, and the env overlay computed for the
+request (forwarded values included: a changed credential is a miss, never a stale process).
+Codex caches its credentials for the process's life, so a warm process whose home's login file
+changed since its spawn is retired (``CodexRun.warm_usable``). See docs/dsh-subagent-codex.md.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ class CodexSteps:
 
     argv_env: ArgvEnv
     spawn: Callable[[str, ArgvEnv], Awaitable[CodexRun]]
-    initialize: Callable[[CodexRun], Awaitable[None]]
     thread_params: Callable[[str], dict[str, Any]]
     publish: Callable[[CodexRun, list[str]], Awaitable[CodexRun]]
 
@@ -80,7 +81,6 @@ class WarmCodex:
         cwd, argv, env = _unpack(key)
         run = await self._steps.spawn(cwd, lambda: (list(argv), dict(env)))
         try:
-            await self._steps.initialize(run)
             await run.start_thread(self._steps.thread_params(cwd))
         except BaseException:
             with contextlib.suppress(Exception):

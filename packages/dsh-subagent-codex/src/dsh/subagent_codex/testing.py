@@ -28,6 +28,7 @@ from dsh.subagent_codex._fake_responses import (
     Reply,
     ResponseFailed,
     Stall,
+    Trickle,
 )
 from dsh.subagent_codex._provider import CodexProvider
 from dsh.subagent_codex._wire import MAX_LINE_BYTES
@@ -46,6 +47,7 @@ __all__ = [
     "Reply",
     "ResponseFailed",
     "Stall",
+    "Trickle",
     "hermetic_env",
     "make_start_request",
     "provider_with_program",

@@ -7,6 +7,7 @@ providers, and entry-point discovery. The conformance kit lives in :mod:`dsh.sub
 
 from importlib import metadata as _metadata
 
+from dsh.subagent._activity import ActivityStamp, ReportsActivity, last_activity
 from dsh.subagent._checks import check_one_shot_request
 from dsh.subagent._closing import CloseOnce
 from dsh.subagent._demo import DEMO_ERROR_BODY, DemoFailure, DemoModel, DemoPlan, DemoScenario
@@ -64,6 +65,7 @@ __all__ = [
     "NO_START_CAPABILITIES",
     "PROVIDER_ENTRY_POINT_GROUP",
     "RESOURCE_LIMIT_CATEGORY",
+    "ActivityStamp",
     "Capabilities",
     "CloseOnce",
     "ContentBlock",
@@ -83,6 +85,7 @@ __all__ = [
     "ProviderBase",
     "ProviderRemoved",
     "PublishedRun",
+    "ReportsActivity",
     "ResolvedStartRequest",
     "ResultLatch",
     "StopReason",
@@ -103,6 +106,7 @@ __all__ = [
     "credential_checks",
     "failure_line",
     "installed_provider_kinds",
+    "last_activity",
     "load_provider",
     "payload_check",
     "version_check",

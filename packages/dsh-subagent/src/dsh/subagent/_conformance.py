@@ -7,6 +7,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from dsh.subagent._activity import last_activity
 from dsh.subagent._diagnostics import MAX_DIAGNOSTIC_BYTES
 from dsh.subagent._types import (
     Capabilities,
@@ -158,6 +159,29 @@ class _Suite:
         after = await _result(run, self.settle_timeout, "after aclose()")
         _check(after == result, "aclose() after completion must not change the result")
 
+    async def reports_activity(self) -> None:
+        began = time.monotonic()
+        run = await self.start(self.make_request)
+        published = last_activity(run)
+        _check(
+            published is not None,
+            "run.last_activity must be the time.monotonic() of the last message read from the"
+            " product (the activity stamp); without it the caller's stall_timeout_s cannot apply",
+        )
+        assert published is not None
+        _check(published <= time.monotonic(), "last_activity must not be in the future")
+        await _result(run, self.timeout, "for the activity check")
+        answered = last_activity(run)
+        _check(answered is not None, "last_activity disappeared once the run settled")
+        assert answered is not None
+        _check(answered >= published, "last_activity must never move back")
+        _check(
+            answered > published and answered > began,
+            "last_activity did not move while the product answered: every message read from"
+            " the product must move it",
+        )
+        await self.close(run, "after the activity check")
+
     async def context_manager(self) -> None:
         run = await self.start(self.make_request)
         async with run as entered:
@@ -271,6 +295,7 @@ class _Suite:
         checks: list[Callable[[], Awaitable[None]]] = [
             self.shape,
             self.completes,
+            self.reports_activity,
             self.context_manager,
             self.cancel_wins_at_once,
             self.aclose_cancels_open_run,
@@ -346,7 +371,9 @@ async def run_provider_conformance(
     - ``step_timeout`` bounds each start/result/close; ``settle_timeout`` is how soon ``cancel()``
       must settle ``aborted``; ``cancel_after`` is how long a run is left going before a cancel.
 
-    Checks: provider shape; a run completes with no diagnostic and a stable result; idempotent
+    Checks: provider shape; a run completes with no diagnostic and a stable result; the run
+    reports product activity (``last_activity``, a ``time.monotonic()`` stamp that the messages
+    carrying the answer moved, never backwards); idempotent
     ``aclose`` that keeps a completed result; ``async with``; cancel right after start wins, at once
     and for good, with no diagnostic and empty output; ``aclose`` of an open run aborts it;
     cancelling a task awaiting ``result()`` leaves the run going; two concurrent runs; a cancelled

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
+from dsh.subagent._activity import ActivityStamp
 from dsh.subagent._diagnostics import FailureFacts, failure_line
 from dsh.subagent._latch import ResultLatch
 from dsh.subagent._types import (
@@ -41,6 +42,7 @@ class FakeRun:
         self.cancel_reasons: list[str | None] = []
         self.closed = False
         self._latch = ResultLatch()
+        self._activity = ActivityStamp()
         self._scripted = provider.script_for(request)
         self._task: asyncio.Task[None] | None = asyncio.create_task(
             self._settle_later(provider.delay), name=f"dsh.subagent fake {self.id}"
@@ -50,10 +52,17 @@ class FakeRun:
         if delay is None:
             await asyncio.Event().wait()
         await asyncio.sleep(delay or 0)
+        self._activity.touch()  # the scripted "product" answered
         self._latch.settle(self._scripted)
+
+    @property
+    def last_activity(self) -> float:
+        """The activity stamp: the run's creation, then its scripted answer."""
+        return self._activity.last
 
     def finish(self, result: SubagentResult | None = None) -> bool:
         """Settle now with ``result`` (default: the scripted one); return whether it settled."""
+        self._activity.touch()
         return self._latch.settle(result if result is not None else self._scripted)
 
     @property

@@ -44,6 +44,10 @@ class ProductInstall:
     config_dir_env: str
     default_config_dir: str
     login_file: str
+    login_env: tuple[str, ...] = ()
+    """The key variables the product authenticates with (named in the login hint)."""
+    login_command: str = ""
+    """The product's own login command (named in the login hint), e.g. ``codex login``."""
 
     def login_path(self, config: ProviderConfigBase, environ: Mapping[str, str]) -> Path:
         """Where this instance's product looks for its login file."""
@@ -96,8 +100,43 @@ class ProviderBase(abc.ABC, Generic[ConfigT]):
         return self.config.provider_name
 
     def doctor(self) -> list[DoctorCheck]:
-        """``dsh doctor`` rows: the pinned version, the payload and this instance's credentials."""
-        return self.install.rows(self.config, self.credential_names(os.environ))
+        """``dsh doctor`` rows: the pinned version, the payload and this instance's credentials.
+
+        When this instance finds no credential at all, one more row says how to log in.
+        """
+        rows = self.install.rows(self.config, self.credential_names(os.environ))
+        hint = self.login_hint(os.environ)
+        if hint:
+            rows.append(DoctorCheck("how to log in", hint, True))
+        return rows
+
+    def login_hint(self, environ: Mapping[str, str] | None = None) -> str:
+        """One line naming what would authenticate this instance, or ``""`` when it has a source.
+
+        A source is a forwarded credential variable with a non-empty value (an endpoint,
+        ``*_BASE_URL``, is none) or the product's login file. Names only, never a value or a
+        path; for the host, never for a model (a model provider that needs no key, set up in the
+        product's own config, is not seen here).
+        """
+        ambient: Mapping[str, str] = os.environ if environ is None else environ
+        env = self.config.env
+        for name in self.credential_names(ambient):
+            if name.upper().endswith("_BASE_URL"):
+                continue
+            if env[name] if name in env else ambient.get(name):
+                return ""
+        if self.install.login_path(self.config, ambient).is_file():
+            return ""
+        install = self.install
+        ways = []
+        if install.login_env:
+            names = " or ".join(install.login_env)
+            ways.append(f"set {names} in the environment (forwarded by default)")
+        if install.login_command:
+            ways.append(f"log in once with `{install.login_command}`")
+        if not ways:
+            return ""
+        return f'provider "{self.name}" found no credentials: ' + ", or ".join(ways)
 
     @abc.abstractmethod
     def credential_names(self, environ: Mapping[str, str]) -> Sequence[str]:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
+from dsh.subagent._activity import last_activity
 from dsh.subagent._events import (
     Listener,
     Listeners,
@@ -66,6 +67,11 @@ class PublishedRun:
     @property
     def id(self) -> str:
         return self._inner_id
+
+    @property
+    def last_activity(self) -> float | None:
+        """The provider run's activity stamp (``None`` when it reports none)."""
+        return last_activity(self._inner)
 
     @property
     def inner(self) -> SubagentRun:

@@ -5,13 +5,17 @@ and discovery). This submodule gathers what only a provider implements with: the
 every product provider applies before spawning, the safe-diagnostic helpers, the result latch,
 the close-once helper, the ``doctor()`` row builders, the env checks, the config base with the
 fields both product providers share, ``ProviderBase`` (with ``ProductInstall``): the
-``from_config``, ``name`` and ``doctor()`` both product providers share, and the pool of warm
-processes (``WarmPool``, for ``prewarm``). The names other than ``ProviderConfigBase``,
+``from_config``, ``name`` and ``doctor()`` both product providers share, the pool of warm
+processes (``WarmPool``, for ``prewarm``), and the activity stamp (``ActivityStamp``: a run
+``touch()``-es it on every message it reads from its product and exposes it as the
+``last_activity`` property, which the caller's stall limit reads; ``ReportsActivity`` and
+``last_activity(run)`` are the reading side). The names other than ``ProviderConfigBase``,
 ``WarmPool`` and their constants are also importable from :mod:`dsh.subagent` (the tool layer
 uses ``CloseOnce`` and ``DoctorCheck``; tests/test_kit.py holds every other kit name to be the
 seam's object).
 """
 
+from dsh.subagent._activity import ActivityStamp, ReportsActivity, last_activity
 from dsh.subagent._checks import check_one_shot_request
 from dsh.subagent._closing import CloseOnce
 from dsh.subagent._config_base import (
@@ -39,6 +43,7 @@ __all__ = [
     "MAX_GRACE_MS",
     "MAX_PREWARM",
     "WARM_START_TIMEOUT_S",
+    "ActivityStamp",
     "CloseOnce",
     "DoctorCheck",
     "EnvPolicy",
@@ -47,6 +52,7 @@ __all__ = [
     "ProductInstall",
     "ProviderBase",
     "ProviderConfigBase",
+    "ReportsActivity",
     "ResultLatch",
     "RunLimits",
     "WarmPool",
@@ -56,6 +62,7 @@ __all__ = [
     "check_one_shot_request",
     "credential_checks",
     "failure_line",
+    "last_activity",
     "payload_check",
     "version_check",
 ]

@@ -1,7 +1,9 @@
-"""The stderr hint after an authentication failure: a credential was set here but not passed on.
+"""The stderr hint after an authentication failure: what would authenticate the provider.
 
-Only for the person at the terminal: the model-visible diagnostic is never changed. The hint
-names variables, never a value.
+Two cases: a credential is set here but not passed on (name it and how to forward it), or the
+provider found no credential at all (the provider's ``login_hint()``: the key variables and the
+product's own login command). Only for the person at the terminal: the model-visible diagnostic
+is never changed. The hint names variables, never a value.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from typing import Any
 
 from dsh.subprocess import DSH_ENV_PREFIX, is_credential_env
 
-__all__ = ["AUTH_CATEGORY", "auth_hint"]
+__all__ = ["AUTH_CATEGORIES", "auth_hint"]
 
-AUTH_CATEGORY = "category: authentication"
+AUTH_CATEGORIES = ("category: authentication", "category: unauthorized")
+"""Claude Code's and Codex's authentication failure categories, as the failure line shows them."""
 _SHOWN = 3
 
 
@@ -24,7 +27,7 @@ def auth_hint(provider: Any, failure_text: str, environ: Mapping[str, str] | Non
     ``provider`` may offer ``forwarded_env_names()`` (both shipped providers do); without it,
     nothing is known to be forwarded.
     """
-    if AUTH_CATEGORY not in failure_text:
+    if not any(category in failure_text for category in AUTH_CATEGORIES):
         return ""
     ambient: Mapping[str, str] = os.environ if environ is None else environ
     names_of = getattr(provider, "forwarded_env_names", None)
@@ -37,7 +40,9 @@ def auth_hint(provider: Any, failure_text: str, environ: Mapping[str, str] | Non
         and not name.upper().startswith(DSH_ENV_PREFIX)
     )
     if not missing:
-        return ""
+        login_hint = getattr(provider, "login_hint", None)
+        line = login_hint(ambient) if callable(login_hint) else ""
+        return f"dsh run: hint: {line}" if line else ""
     shown = ", ".join(missing[:_SHOWN]) + (
         f" (+{len(missing) - _SHOWN} more)" if len(missing) > _SHOWN else ""
     )

@@ -123,19 +123,23 @@ async def run_command(
     cwd: str | None = None,
     background: bool = False,
     as_json: bool = False,
+    stall_timeout_s: float | None = None,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> int:
     """One delegation through ``harness``; returns the exit code (the harness stays open).
 
     ``as_json`` prints one :class:`~dsh.tool_subagent._run_report.RunReport` object on stdout
-    instead of the answer (stdout) or the failure text (stderr).
+    instead of the answer (stdout) or the failure text (stderr). ``stall_timeout_s`` replaces
+    the chosen tool's own ``stall_timeout_s`` (``--stall-timeout``).
     """
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
     tool = _pick_tool(harness, tool_name, err)
     if tool is None:
         return EXIT_USAGE
+    if stall_timeout_s is not None:
+        tool.config = tool.config.model_copy(update={"stall_timeout_s": stall_timeout_s})
     caller = Caller(session_id="dsh-cli", cwd=cwd)
     arguments: dict[str, Any] = {"description": _label(task), "prompt": task}
     if background:
@@ -190,6 +194,7 @@ async def _run_main(args: argparse.Namespace) -> int:
                 cwd=args.cwd,
                 background=args.background,
                 as_json=args.json,
+                stall_timeout_s=args.stall_timeout,
             )
     except TimeoutError:
         if not limit.expired():
@@ -221,6 +226,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=positive_seconds,
         metavar="SECONDS",
         help="cancel the run after SECONDS (its process tree exits first), exit 124",
+    )
+    run.add_argument(
+        "--stall-timeout",
+        type=positive_seconds,
+        metavar="SECONDS",
+        help="stop the run after SECONDS without product activity (the tool's"
+        " stall_timeout_s; default: the profile's, else 900), exit 1",
     )
     run.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     run.add_argument("task", metavar="TASK", help="the task text, or - to read stdin")

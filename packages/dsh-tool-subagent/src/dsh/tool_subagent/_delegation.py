@@ -20,18 +20,37 @@ from dsh.subagent import (
     SubagentService,
     SubagentStartRequest,
 )
+from dsh.tool_subagent._limits import RunLimits, Watchdog, limit_text
 
 __all__ = ["Finished", "Interrupted", "background_outcome", "killed", "run_to_end", "safe_text"]
+
+#: What ``run_to_end`` applies when its caller passes none (the delegation tool always passes
+#: its own, whose stall limit defaults to 900 s).
+NO_LIMITS = RunLimits(timeout_s=None, stall_timeout_s=None)
 
 logger = logging.getLogger("dsh.tool_subagent")
 
 
 @dataclass(frozen=True, slots=True)
 class Finished:
-    """The run settled with ``result``; ``dispose`` is the safe text of a failed close."""
+    """The run settled with ``result``; ``dispose`` is the safe text of a failed close.
+
+    ``limit`` is the fixed text of the caller's limit that stopped the run (``limit_field``
+    names it), or ``None``: a run that completed before its limit's cancel landed keeps its
+    answer and has no ``limit``.
+    """
 
     result: SubagentResult
     dispose: str | None
+    limit: str | None = None
+    limit_field: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StartLimited:
+    """The wall-clock limit expired while the run was starting (the start rolled back)."""
+
+    text: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,30 +103,77 @@ async def _dispose(run: PublishedRun, where: str) -> str | None:
     return safe_text(failure)
 
 
+async def _start_within(
+    service: SubagentService,
+    provider: str,
+    request: SubagentStartRequest,
+    where: str,
+    deadline: float | None,
+) -> PublishedRun | str | StartLimited:
+    """:func:`_start`, cancelled at ``deadline`` (the provider's start rolls back on cancel)."""
+    if deadline is None:
+        return await _start(service, provider, request, where)
+    bound = asyncio.timeout_at(deadline)
+    try:
+        async with bound:
+            run = await _start(service, provider, request, where)
+    except TimeoutError:
+        if not bound.expired():
+            raise
+        return StartLimited("")
+    if bound.expired() and isinstance(run, str):
+        return StartLimited(run)  # the cancelled start raised its rollback failure instead
+    return run
+
+
 async def run_to_end(
-    service: SubagentService, provider: str, request: SubagentStartRequest, where: str
+    service: SubagentService,
+    provider: str,
+    request: SubagentStartRequest,
+    where: str,
+    limits: RunLimits = NO_LIMITS,
 ) -> str | Finished | Interrupted:
     """Start → result → dispose, the steps the foreground and the background share.
 
     Returns the start failure's safe text, or how the run ended; the run is always closed
     (through :func:`_dispose`) before this returns, and a cancellation that arrives during
-    that close propagates from here once the close has ended.
+    that close propagates from here once the close has ended. ``limits`` are the caller's
+    (``_limits``): the wall clock counts from here, the stall clock from publication; an
+    expired limit cancels the run and the ending carries its fixed text.
     """
-    run = await _start(service, provider, request, where)
+    began = asyncio.get_running_loop().time()
+    run = await _start_within(service, provider, request, where, limits.start_deadline(began))
+    if isinstance(run, StartLimited):
+        assert limits.timeout_s is not None
+        text = limit_text("timeout_s", limits.timeout_s)
+        # A rollback that could not prove exit is reported like a failed dispose.
+        return Finished(SubagentResult(StopReason.ABORTED), run.text or None, text, "timeout_s")
     if isinstance(run, str):
         return run
+    watchdog = Watchdog(run, limits, began)
     try:
         result = await run.result()
     except BaseException as exc:  # a cancellation (the service turns any Exception into ERROR)
+        watchdog.stop()
         return Interrupted(exc, await _dispose(run, where))
-    return Finished(result, await _dispose(run, where))
+    watchdog.stop()
+    dispose = await _dispose(run, where)
+    if watchdog.expired is not None and result.stop_reason != StopReason.COMPLETED:
+        return Finished(result, dispose, watchdog.expired, watchdog.field)
+    return Finished(result, dispose)
 
 
 async def background_outcome(
-    service: SubagentService, provider: str, request: SubagentStartRequest
+    service: SubagentService,
+    provider: str,
+    request: SubagentStartRequest,
+    limits: RunLimits = NO_LIMITS,
 ) -> JobOutcome:
-    """A background job's whole work: the run to its end, mapped to the job's outcome."""
-    end = await run_to_end(service, provider, request, "background")
+    """A background job's whole work: the run to its end, mapped to the job's outcome.
+
+    A run stopped by a limit ends ``failed`` with the limit's fixed text as the detail.
+    """
+    end = await run_to_end(service, provider, request, "background", limits)
     if isinstance(end, str):
         if killed():
             # Killed while starting, and the start then failed instead of raising the
@@ -122,6 +188,8 @@ async def background_outcome(
         return JobOutcome(JobStatus.KILLED, detail=f"dispose failed: {end.dispose}")
     result, dispose = end.result, end.dispose
     suffix = f"; dispose failed: {dispose}" if dispose else ""
+    if end.limit is not None:
+        return JobOutcome(JobStatus.FAILED, detail=end.limit + suffix, output=result.text)
     reason = result.stop_reason
     if reason == StopReason.COMPLETED:
         if dispose:

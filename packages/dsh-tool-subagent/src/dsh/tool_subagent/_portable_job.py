@@ -18,6 +18,7 @@ from dsh.jobs import JobOutcome, JobStatus, PortableWork
 from dsh.subagent import Parent, SubagentError, SubagentService, SubagentStartRequest, TextBlock
 from dsh.tool_subagent._delegation import background_outcome
 from dsh.tool_subagent._known_providers import load_provider
+from dsh.tool_subagent._limits import RunLimits
 
 __all__ = [
     "BUILD_FAILED",
@@ -42,9 +43,16 @@ NO_WORKSPACE = (
 
 
 def portable_delegation(
-    kind: str, config: Mapping[str, Any], request: SubagentStartRequest
+    kind: str,
+    config: Mapping[str, Any],
+    request: SubagentStartRequest,
+    limits: RunLimits | None = None,
 ) -> PortableWork:
-    """The job's work as plain data; raises ``ValueError`` for a request with a non-text part."""
+    """The job's work as plain data; raises ``ValueError`` for a request with a non-text part.
+
+    ``limits`` travel as two numbers and are enforced where the run is, by the worker.
+    """
+    limits = limits or RunLimits(timeout_s=None, stall_timeout_s=None)
     texts = []
     for block in request.prompt:
         if not isinstance(block, TextBlock):
@@ -60,6 +68,8 @@ def portable_delegation(
             "cwd": request.parent.cwd,
             "label": request.label,
             "max_depth": request.max_depth,
+            "timeout_s": limits.timeout_s,
+            "stall_timeout_s": limits.stall_timeout_s,
         },
     )
 
@@ -73,6 +83,8 @@ async def run_delegation(
     cwd: str | None,
     label: str | None,
     max_depth: int | None,
+    timeout_s: float | None = None,
+    stall_timeout_s: float | None = None,
 ) -> JobOutcome:
     """The worker side: build the provider here, run the delegation, close everything.
 
@@ -97,6 +109,7 @@ async def run_delegation(
     service = SubagentService()
     service.register(provider)
     try:
-        return await background_outcome(service, provider.name, request)
+        limits = RunLimits(timeout_s=timeout_s, stall_timeout_s=stall_timeout_s)
+        return await background_outcome(service, provider.name, request, limits)
     finally:
         await service.aclose()

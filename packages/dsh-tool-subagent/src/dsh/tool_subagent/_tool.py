@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,6 +21,7 @@ from dsh.subagent import (
 )
 from dsh.tool_subagent._contract import Caller, Tool
 from dsh.tool_subagent._delegation import Interrupted, background_outcome, killed, run_to_end
+from dsh.tool_subagent._limits import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TIMEOUT_S, RunLimits
 from dsh.tool_subagent._portable_job import portable_delegation
 from dsh.tool_subagent.errors import MountError
 
@@ -30,6 +31,9 @@ logger = logging.getLogger("dsh.tool_subagent")
 
 BACKGROUND_DISABLED = "run_in_background is disabled for this tool instance"
 DEFAULT_MAX_DEPTH = 3
+
+#: A limit in seconds: a number (not a bool or a string) above 0 and finite.
+Seconds = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
 
 _HEADLINES = {
     StopReason.ABORTED: "subagent run was cancelled",
@@ -53,6 +57,14 @@ class SubagentToolConfig(BaseModel):
     #: Unset: 3 on a provider with the ``depth_limit`` capability, else ``"provider-managed"``
     #: (no shipped product provider can enforce a depth, so a bare ``[[tool]]`` row must work).
     max_depth: int | Literal["provider-managed"] | None = None
+    #: The caller's wall-clock limit on one delegation, start included (docs/liveness.md).
+    timeout_s: Seconds | None = DEFAULT_TIMEOUT_S
+    #: The caller's limit on product silence: no activity stamp moved for this long.
+    stall_timeout_s: Seconds = DEFAULT_STALL_TIMEOUT_S
+
+    @property
+    def limits(self) -> RunLimits:
+        return RunLimits(timeout_s=self.timeout_s, stall_timeout_s=self.stall_timeout_s)
 
     def model_post_init(self, context: Any, /) -> None:
         if isinstance(self.max_depth, int) and self.max_depth < 0:
@@ -186,7 +198,8 @@ class SubagentTool(ToolBase[Caller]):
         return await self._foreground(request)
 
     async def _foreground(self, request: SubagentStartRequest) -> ToolResult:
-        end = await run_to_end(self.service, self.config.provider, request, "foreground")
+        limits = self.config.limits
+        end = await run_to_end(self.service, self.config.provider, request, "foreground", limits)
         if isinstance(end, str):
             if killed():
                 # The call was cancelled and the start's rollback failed (Codex then raises the
@@ -197,6 +210,12 @@ class SubagentTool(ToolBase[Caller]):
             raise end.error
         result, dispose = end.result, end.dispose
         value = {"stop_reason": str(result.stop_reason), "diagnostic": result.diagnostic}
+        if end.limit is not None:
+            value["limit"] = end.limit_field
+            text = end.limit if dispose is None else f"{end.limit}; dispose failed: {dispose}"
+            if result.text:
+                text += "\nPartial output before the run ended:\n" + result.text
+            return ToolResult(text=text, is_error=True, value=value)
         if result.stop_reason == StopReason.COMPLETED:
             if dispose is None:
                 return ToolResult(text=result.text, value=value)
@@ -232,8 +251,9 @@ class SubagentTool(ToolBase[Caller]):
                     f" {self.jobs.executor.name} executor"
                 )
             kind, config = self.portable_provider
-            return portable_delegation(kind, config, request)
-        return lambda: background_outcome(self.service, self.config.provider, request)
+            return portable_delegation(kind, config, request, self.config.limits)
+        limits = self.config.limits
+        return lambda: background_outcome(self.service, self.config.provider, request, limits)
 
     def __repr__(self) -> str:
         return f"<SubagentTool {self.name} provider={self.config.provider!r}>"
