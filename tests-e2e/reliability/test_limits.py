@@ -163,3 +163,34 @@ async def test_codex_tool_past_its_memory_limit_ends_the_run_with_the_fact(
     assert 16 <= held < 512, f"the tool held {held} MiB under a 512 MiB limit"
     assert other_result.stop_reason is StopReason.COMPLETED, other_result.diagnostic
     assert os.getpid() > 0  # the host is this process: it is still here to check
+
+
+async def test_claude_code_tool_past_its_memory_limit_ends_the_run_with_the_fact(
+    kit: Any, claude: Any, tmp_path: Path, kernel: None
+) -> None:
+    hog_dir = tmp_path / f"hog-{uuid.uuid4().hex}"
+    hog_dir.mkdir()
+    command = f"{sys.executable} {HOG} memory 2048 {hog_dir}"
+    claude.server.queue_tool_call("Bash", {"command": command, "description": "hog"}, match="hog")
+    claude.server.queue_stall(match="hog")
+    claude.server.queue_text("the other run's answer", match="neighbour")
+    limited = claude.provider(
+        permission_mode="bypassPermissions", env={"IS_SANDBOX": "1"}, limits={"memory": "768M"}
+    )
+    neighbour = claude.provider()
+    run = await limited.start(claude.request("hog"))
+    other = await neighbour.start(claude.request("neighbour"))
+    try:
+        result, other_result = await asyncio.wait_for(
+            asyncio.gather(run.result(), other.result()), 90
+        )
+    finally:
+        await run.aclose()
+        await other.aclose()
+    assert result.stop_reason is StopReason.ERROR
+    assert result.diagnostic is not None
+    assert kit.is_safe_diagnostic(result.diagnostic), result.diagnostic
+    assert "category: resource-limit; limit: memory" in result.diagnostic
+    held = int((hog_dir / "held").read_text())
+    assert 16 <= held < 768, f"the tool held {held} MiB under a 768 MiB limit"
+    assert other_result.stop_reason is StopReason.COMPLETED, other_result.diagnostic
