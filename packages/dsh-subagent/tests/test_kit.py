@@ -73,12 +73,38 @@ def test_defaults() -> None:
         ({"env": {"A=B": "x"}}, "env"),
         ({"inherit_env": [""]}, "inherit_env"),
         ({"unknown": 1}, "unknown"),
+        ({"limits": {"memory": "lots"}}, ("limits", "memory")),
+        ({"limits": {"memory": "1M"}}, ("limits", "memory")),
+        ({"limits": {"memory": True}}, ("limits", "memory")),
+        ({"limits": {"tasks": 0}}, ("limits", "tasks")),
+        ({"limits": {"tasks": "512"}}, ("limits", "tasks")),
+        ({"limits": {"cpu": 0}}, ("limits", "cpu")),
+        ({"limits": {"swap": 1}}, ("limits", "swap")),
     ],
 )
-def test_the_shared_checks_name_the_field(fields: dict[str, object], field: str) -> None:
+def test_the_shared_checks_name_the_field(
+    fields: dict[str, object], field: str | tuple[str, ...]
+) -> None:
     with pytest.raises(pydantic.ValidationError) as caught:
         _Config.model_validate(fields)
-    assert caught.value.errors()[0]["loc"] == (field,)
+    assert caught.value.errors()[0]["loc"] == (field if isinstance(field, tuple) else (field,))
+
+
+@pytest.mark.parametrize(
+    ("memory", "size"),
+    [
+        ("4G", 4 << 30),
+        ("512M", 512 << 20),
+        ("512MiB", 512 << 20),
+        ("1.5g", 3 << 29),
+        (8 << 20, 8 << 20),
+    ],
+)
+def test_limits_take_sizes_with_binary_units(memory: object, size: int) -> None:
+    config = _Config.model_validate({"limits": {"memory": memory, "tasks": 512, "cpu": 1.5}})
+    assert config.limits is not None
+    assert (config.limits.memory, config.limits.tasks, config.limits.cpu) == (size, 512, 1.5)
+    assert config.limits_best_effort is False
 
 
 def test_frozen() -> None:
