@@ -43,6 +43,20 @@ def kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     assert {"memory", "tasks"} <= layer.limit_keys(), layer
 
 
+def queue_hog(codex: Any, tmp_path: Path, args: str, *, match: str) -> Path:
+    """Script the Codex model to run ``hog.py <args> <dir>`` and then stall; the dir."""
+    directory = tmp_path / f"hog-{uuid.uuid4().hex}"
+    directory.mkdir()
+    call = {
+        "cmd": f"{sys.executable} {HOG} {args} {directory}",
+        "login": False,
+        "yield_time_ms": 30_000,
+    }
+    codex.server.queue(Reply((FunctionCallItem("exec_command", call),)), match=match)
+    codex.server.queue(Stall((), seconds=60), match=match)
+    return directory
+
+
 def read_int_pair(path: Path) -> tuple[int, int]:
     first, second = path.read_text().split()
     return int(first), int(second)
@@ -131,16 +145,8 @@ async def test_codex_provider_refuses_unenforceable_limits_before_spawning(
 async def test_codex_tool_past_its_memory_limit_ends_the_run_with_the_fact(
     kit: Any, codex: Any, tmp_path: Path, kernel: None
 ) -> None:
-    hog_dir = tmp_path / f"hog-{uuid.uuid4().hex}"
-    hog_dir.mkdir()
-    call = {
-        "cmd": f"{sys.executable} {HOG} memory 2048 {hog_dir}",
-        "login": False,
-        "yield_time_ms": 30_000,
-    }
     # Requests are matched by their prompt: the limited run gets the tool, the other a reply.
-    codex.server.queue(Reply((FunctionCallItem("exec_command", call),)), match="hog")
-    codex.server.queue(Stall((), seconds=60), match="hog")
+    hog_dir = queue_hog(codex, tmp_path, "memory 2048", match="hog")
     codex.server.queue(Reply((MessageItem("the other run's answer"),)), match="neighbour")
     limited = codex.provider(
         permission_mode="dangerously-bypass-approvals-and-sandbox", limits={"memory": "512M"}
@@ -194,3 +200,29 @@ async def test_claude_code_tool_past_its_memory_limit_ends_the_run_with_the_fact
     held = int((hog_dir / "held").read_text())
     assert 16 <= held < 768, f"the tool held {held} MiB under a 768 MiB limit"
     assert other_result.stop_reason is StopReason.COMPLETED, other_result.diagnostic
+
+
+async def test_codex_tool_fork_bomb_stops_at_the_task_limit(
+    kit: Any, codex: Any, tmp_path: Path, kernel: None
+) -> None:
+    bomb_dir = queue_hog(codex, tmp_path, "forks 600", match="bomb")
+    provider = codex.provider(
+        permission_mode="dangerously-bypass-approvals-and-sandbox", limits={"tasks": 128}
+    )
+    run = await provider.start(codex.request("bomb"))
+    try:
+        await kit.wait_until(lambda: (bomb_dir / "forks").exists(), 30, "the bomb to start")
+        began = time.monotonic()
+        probe = await default_runtime().spawn(SpawnSpec(["true"], stdout="ignore", stderr="ignore"))
+        async with probe:
+            assert (await probe.wait()).exit_code == 0
+        assert time.monotonic() - began < 2.0, "the machine must stay responsive"
+        result = await asyncio.wait_for(run.result(), 60)
+    finally:
+        await run.aclose()
+    assert result.diagnostic is not None
+    assert kit.is_safe_diagnostic(result.diagnostic), result.diagnostic
+    assert "category: resource-limit; limit: tasks" in result.diagnostic
+    forked, refused = read_int_pair(bomb_dir / "forks")
+    assert refused >= 1, "the bomb never met the limit"
+    assert forked < 128, f"{forked} forks under a limit of 128 tasks"
