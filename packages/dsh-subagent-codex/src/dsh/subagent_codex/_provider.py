@@ -36,19 +36,19 @@ _log = logging.getLogger("dsh.subagent_codex")
 
 
 @functools.cache
+def _version(distribution: str, missing: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return missing
+
+
 def _product_version() -> str:
-    try:
-        return metadata.version("openai-codex-cli-bin")
-    except metadata.PackageNotFoundError:
-        return "unknown"
+    return _version("openai-codex-cli-bin", "unknown")
 
 
-@functools.cache
 def _client_version() -> str:
-    try:
-        return metadata.version("dsh-subagent-codex")
-    except metadata.PackageNotFoundError:
-        return "0"
+    return _version("dsh-subagent-codex", "0")
 
 
 def _locate() -> tuple[str, str | None]:
