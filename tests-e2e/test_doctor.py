@@ -11,6 +11,59 @@ from dsh.subagent_claude_code import CLAUDE_CREDENTIAL_ENV
 from dsh.subagent_codex import CODEX_CREDENTIAL_ENV
 from dsh.tool_subagent._cli import main
 
+# This machine kind: root with cgroups (a cgroup2 hierarchy beside v1 memory, pids and cpu).
+CONTAINMENT_HERE = (
+    (
+        "containment",
+        "layers",
+        "kernel (cgroup) > supervisor (subreaper) > spawner > sampler > member record",
+        "yes",
+    ),
+    (
+        "containment",
+        "kernel layer",
+        "on: a cgroup v2 group per run, torn down by cgroup.kill",
+        "yes",
+    ),
+    ("containment", "limits", "cpu (cgroup v1), memory (cgroup v1), tasks (cgroup v1)", "yes"),
+)
+
+
+def _codex_x_profile(directory: Path, line: str) -> Path:
+    """A profile with one Codex instance, ``codex-x``, whose config also holds ``line``."""
+    profile = directory / "p.toml"
+    profile.write_text(
+        f'[[provider]]\nkind = "codex"\n[provider.config]\nprovider_name = "codex-x"\n{line}\n'
+    )
+    return profile
+
+
+def _rows(out: str) -> set[tuple[str, ...]]:
+    return {
+        tuple(cell.strip() for cell in line.strip().strip("│").split("│"))
+        for line in out.splitlines()
+        if line.startswith("│")
+    }
+
+
+def test_doctor_says_which_containment_layers_are_active_and_why_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    profile = _codex_x_profile(tmp_path, 'limits = { memory = "4G", tasks = 512 }')
+    assert main(["doctor", "--profile", str(profile)]) == 0
+    rows = _rows(capsys.readouterr().out)
+    assert set(CONTAINMENT_HERE) <= rows
+    assert ("codex-x", "limits", "memory, tasks: enforced", "yes") in rows
+    monkeypatch.setenv("DSH_KERNEL_LAYER", "off")
+    assert main(["doctor", "--profile", str(profile)]) == 1
+    rows = _rows(capsys.readouterr().out)
+    reason = "forced off by DSH_KERNEL_LAYER=off"
+    assert ("containment", "kernel layer", f"off: {reason}", "yes") in rows
+    assert ("containment", "limits", "none (no kernel layer)", "yes") in rows
+    failing = f"limits.memory cannot be enforced on this machine ({reason})"
+    assert ("codex-x", "limits", failing, "NO") in rows
+
 
 def test_doctor_reports_both_pinned_products_healthy(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
@@ -44,6 +97,7 @@ def test_doctor_reports_both_pinned_products_healthy(
         ("claude-code", "isolation", "native", "yes"),
         ("claude-code", "credential variables", "ANTHROPIC_API_KEY", "yes"),
         ("claude-code", "login file", "absent", "yes"),
+        *CONTAINMENT_HERE,
     }
     assert rc == 0
     assert "sk-ant-value-never-shown" not in out
@@ -53,11 +107,7 @@ def test_doctor_profile_reports_each_instance_by_name(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("COLUMNS", "200")
-    profile = tmp_path / "p.toml"
-    profile.write_text(
-        '[[provider]]\nkind = "codex"\n[provider.config]\nprovider_name = "codex-x"\n'
-        'inherit_env = ["MY_GATEWAY_TOKEN"]\n'
-    )
+    profile = _codex_x_profile(tmp_path, 'inherit_env = ["MY_GATEWAY_TOKEN"]')
     monkeypatch.setenv("MY_GATEWAY_TOKEN", "value-never-shown")
     assert main(["doctor", "--profile", str(profile)]) == 0
     out = capsys.readouterr().out

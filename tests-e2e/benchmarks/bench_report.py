@@ -230,7 +230,14 @@ def print_report(report: dict[str, Any]) -> None:
         console.print(
             f"spawn() of /bin/true, median of {cost['samples']}: supervised "
             f"{cost['supervised']} ms, plain Popen {cost['plain']} ms, added {cost['added']} ms"
+            + (
+                f"; in a cgroup (kernel layer) {cost['kernel']} ms, {cost['kernel_added']} ms more"
+                if "kernel" in cost
+                else ""
+            )
         )
+    if meta.get("kernel_layer"):
+        console.print(f"kernel layer: {meta['kernel_layer']}")
     for product, s in report["products"].items():
         table = Table(title=f"{product}: median ms unless noted, \\[min-max]")
         table.add_column("metric")

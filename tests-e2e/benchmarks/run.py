@@ -55,11 +55,13 @@ from dsh.subagent_codex import CodexProvider, CodexProviderConfig
 from dsh.subagent_codex.testing import hermetic_env as codex_hermetic_env
 from dsh.subagent_codex.testing import write_codex_home
 from dsh.subprocess import (
+    KERNEL_LAYER_ENV,
     TREE_MARKER_ENV,
     Collect,
     ManagedProcess,
     SpawnSpec,
     default_runtime,
+    kernel_layer,
     marked_processes,
 )
 from dsh.subprocess import _process as process_module
@@ -704,6 +706,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default=10,
         help="dsh's product niceness (provider config nice; default 10, 'none' to inherit)",
     )
+    parser.add_argument(
+        "--kernel-layer",
+        choices=("on", "off"),
+        default="on",
+        help="off: dsh's runs without the kernel layer (DSH_KERNEL_LAYER=off), to measure its cost",
+    )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write JSON")
     parser.add_argument("--no-table", action="store_true", help="write JSON only")
     parser.add_argument("--ray", action="store_true", help="then run ray_executor.py's benchmark")
@@ -731,6 +739,8 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         await asyncio.to_thread(importlib.import_module, "claude_agent_sdk")
     load_before = [round(x, 2) for x in os.getloadavg()]
     spawn_cost = await spawn_cost_ms()
+    if args.kernel_layer == "off":
+        os.environ[KERNEL_LAYER_ENV] = "off"  # read by every later spawn in this process
     if args.plain_spawn:
         process_module._SUPERVISED = False
     servers = await ModelServers.start()
@@ -792,6 +802,7 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             },
             "spawn_cost_ms": spawn_cost,
             "supervised": not args.plain_spawn,
+            "kernel_layer": kernel_layer().describe()[0],
             "leftover_marked_processes": leftovers,
             "leftover_children": children,
         },

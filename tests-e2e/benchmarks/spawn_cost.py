@@ -1,24 +1,46 @@
-"""Per-spawn cost of dsh.subprocess: supervised (the default on Linux) vs a plain ``Popen``.
+"""Per-spawn cost of dsh.subprocess: supervised in a cgroup (the kernel layer, where the machine
+allows it), supervised without it (``DSH_KERNEL_LAYER=off``), and a plain ``Popen``.
 
-Each sample is ``spawn()`` of ``/bin/true`` until it returns (the program has exec'd), the two
-paths alternating so they see the same machine. The host's memory does not enter into either:
-the plain path uses vfork, and the supervised path forks nothing in the host.
+Each sample is ``spawn()`` of ``/bin/true`` until it returns (the program has exec'd), the three
+paths taking turns in blocks of ten so they see the same machine. The kernel layer's group is
+made, and joined by the standby supervisor, before the request (off the sample); its removal
+happens at close, outside the sample.
+The host's memory does not enter into any: the plain path uses vfork, and the supervised paths
+fork nothing in the host.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import time
 
-from dsh.subprocess import SpawnSpec, SubprocessRuntime
+from dsh.subprocess import KERNEL_LAYER_ENV, SpawnSpec, SubprocessRuntime
 from dsh.subprocess import _process as process_module
 
 SAMPLES = 40
+BLOCK = 10
+UNRECORDED = 3
 
 
-async def _one(runtime: SubprocessRuntime, supervised: bool) -> float:
-    process_module._SUPERVISED = supervised
+PATHS = ("kernel", "supervised", "plain")
+
+
+async def _one(runtime: SubprocessRuntime, path: str) -> float:
+    process_module._SUPERVISED = path != "plain"
+    before = os.environ.pop(KERNEL_LAYER_ENV, None)
+    if path != "kernel":
+        os.environ[KERNEL_LAYER_ENV] = "off"
+    try:
+        return await _timed(runtime)
+    finally:
+        os.environ.pop(KERNEL_LAYER_ENV, None)
+        if before is not None:
+            os.environ[KERNEL_LAYER_ENV] = before
+
+
+async def _timed(runtime: SubprocessRuntime) -> float:
     began = time.perf_counter()
     proc = await runtime.spawn(SpawnSpec(["true"], stdout="ignore", stderr="ignore"))
     took = time.perf_counter() - began
@@ -29,23 +51,28 @@ async def _one(runtime: SubprocessRuntime, supervised: bool) -> float:
 
 
 async def spawn_cost_ms(samples: int = SAMPLES) -> dict[str, float]:
-    """Median milliseconds per spawn for each path, and the difference."""
+    """Median milliseconds per spawn for each path, and the differences."""
     default = process_module._SUPERVISED
-    times: dict[bool, list[float]] = {True: [], False: []}
+    times: dict[str, list[float]] = {path: [] for path in PATHS}
     try:
         async with SubprocessRuntime() as runtime:
-            for supervised in (True, False):
-                await _one(runtime, supervised)  # warm: the spawner starts once per host
-            for _ in range(samples):
-                for supervised in (True, False):
-                    times[supervised].append(await _one(runtime, supervised))
+            for _ in range(0, samples, BLOCK):
+                for path in PATHS:
+                    # Unrecorded first: the standbys made before a switch fit the other path
+                    # (a standby sits in its group, or not, from its fork on), and the first
+                    # block also starts the spawner.
+                    for _ in range(UNRECORDED):
+                        await _one(runtime, path)
+                    for _ in range(BLOCK):
+                        times[path].append(await _one(runtime, path))
     finally:
         process_module._SUPERVISED = default
-    supervised_ms = statistics.median(times[True]) * 1000
-    plain_ms = statistics.median(times[False]) * 1000
+    medians = {path: statistics.median(times[path]) * 1000 for path in PATHS}
     return {
-        "supervised": round(supervised_ms, 2),
-        "plain": round(plain_ms, 2),
-        "added": round(supervised_ms - plain_ms, 2),
+        "kernel": round(medians["kernel"], 2),
+        "supervised": round(medians["supervised"], 2),
+        "plain": round(medians["plain"], 2),
+        "added": round(medians["supervised"] - medians["plain"], 2),
+        "kernel_added": round(medians["kernel"] - medians["supervised"], 2),
         "samples": samples,
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import gc
 import os
 import re
@@ -33,7 +34,7 @@ HERE = Path(__file__).resolve().parent
 CODEX_MODEL = "mock-model"
 _LINE = (
     r"Product subagent failure \(product: (?:Codex|Claude Code); stage: [a-z-]+; "
-    r"category: [A-Za-z-]+(?:; HTTP status: \d+)?(?:; exit code: -?\d+)?"
+    r"category: [A-Za-z-]+(?:; limit: [a-z]+)?(?:; HTTP status: \d+)?(?:; exit code: -?\d+)?"
     r"(?:; signal: SIG[A-Z0-9]+)?\)"
 )
 _FACT = (
@@ -217,6 +218,26 @@ async def codex(tmp_path: Path) -> AsyncIterator[CodexSetup]:
         workspace = tmp_path / "codex-ws"
         workspace.mkdir()
         yield CodexSetup(server, home, workspace)
+
+
+@pytest.fixture
+def fresh_claude(
+    tmp_path: Path,
+) -> Callable[[str], contextlib.AbstractAsyncContextManager[ClaudeSetup]]:
+    """``async with fresh_claude(name) as setup``: a ``claude`` of its own, for one of many
+    trials in a test (a killed run can leave its queued stall unconsumed on a shared server)."""
+
+    @contextlib.asynccontextmanager
+    async def make(name: str) -> AsyncIterator[ClaudeSetup]:
+        async with FakeMessagesServer() as server:
+            workspace = tmp_path / f"{name}-ws"
+            workspace.mkdir()
+            try:
+                yield ClaudeSetup(server, tmp_path / f"{name}-root", workspace)
+            finally:
+                server.release_stalls()
+
+    return make
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ def test_all_names_exist_once() -> None:
 
 def test_the_kit_names_are_the_seam_objects() -> None:
     # Nothing moved: the names the tool layer imports from dsh.subagent are the kit's.
-    kit_only = {"EnvPolicy", "MAX_GRACE_MS", "MAX_PREWARM", "ProviderConfigBase"}
+    kit_only = {"EnvPolicy", "MAX_GRACE_MS", "MAX_PREWARM", "ProviderConfigBase", "RunLimits"}
     kit_only |= {"ISOLATION_MODES", "Isolation", "copy_home_template", "make_owned_dir"}
     kit_only |= {"make_off_loop"}
     kit_only |= {"owned_dir_prefix", "sweep_lost_dirs", "sweep_lost_dirs_once"}
@@ -82,12 +82,38 @@ def test_defaults() -> None:
         ({"isolation": "private", "home_template": "relative/dir"}, "home_template"),
         ({"isolation": "private", "home_template": " "}, "home_template"),
         ({"isolation": "private", "home_template": "/no/such/dsh/template"}, "home_template"),
+        ({"limits": {"memory": "lots"}}, ("limits", "memory")),
+        ({"limits": {"memory": "1M"}}, ("limits", "memory")),
+        ({"limits": {"memory": True}}, ("limits", "memory")),
+        ({"limits": {"tasks": 0}}, ("limits", "tasks")),
+        ({"limits": {"tasks": "512"}}, ("limits", "tasks")),
+        ({"limits": {"cpu": 0}}, ("limits", "cpu")),
+        ({"limits": {"swap": 1}}, ("limits", "swap")),
     ],
 )
-def test_the_shared_checks_name_the_field(fields: dict[str, object], field: str) -> None:
+def test_the_shared_checks_name_the_field(
+    fields: dict[str, object], field: str | tuple[str, ...]
+) -> None:
     with pytest.raises(pydantic.ValidationError) as caught:
         _Config.model_validate(fields)
-    assert caught.value.errors()[0]["loc"] == (field,)
+    assert caught.value.errors()[0]["loc"] == (field if isinstance(field, tuple) else (field,))
+
+
+@pytest.mark.parametrize(
+    ("memory", "size"),
+    [
+        ("4G", 4 << 30),
+        ("512M", 512 << 20),
+        ("512MiB", 512 << 20),
+        ("1.5g", 3 << 29),
+        (8 << 20, 8 << 20),
+    ],
+)
+def test_limits_take_sizes_with_binary_units(memory: object, size: int) -> None:
+    config = _Config.model_validate({"limits": {"memory": memory, "tasks": 512, "cpu": 1.5}})
+    assert config.limits is not None
+    assert (config.limits.memory, config.limits.tasks, config.limits.cpu) == (size, 512, 1.5)
+    assert config.limits_best_effort is False
 
 
 class _Homed(kit.ProviderConfigBase):

@@ -28,7 +28,14 @@ from dsh.subagent_claude_code._run import PREFIX, ClaudeCodeRun, StartupExit
 from dsh.subagent_claude_code._run_dirs import sweep_lost_run_dirs_once
 from dsh.subagent_claude_code._warm import WarmClaudeCode
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
-from dsh.subprocess import SpawnSpec, SubprocessRuntime, default_runtime, reap_orphans_once
+from dsh.subprocess import (
+    Limits,
+    SpawnSpec,
+    SubprocessRuntime,
+    default_runtime,
+    limits_problem,
+    reap_orphans_once,
+)
 
 __all__ = ["ClaudeCodeProvider"]
 
@@ -90,6 +97,11 @@ class ClaudeCodeProvider(ProviderBase[ClaudeCodeProviderConfig]):
 
     async def start(self, request: ResolvedStartRequest) -> ClaudeCodeRun:
         cwd, texts = check_one_shot_request(request, prefix=PREFIX, unusable_cwd=_start_failure)
+        problem = limits_problem(Limits.of(self.config))
+        if problem is not None:  # before anything is spawned, naming the field
+            raise ProductFailure(
+                f"{PREFIX}: {problem}; set limits_best_effort = true to run anyway"
+            )
         await reap_orphans_once()
         sweep_lost_run_dirs_once()  # the run dirs dead owners left (a SIGKILLed host, say)
         argv = self._argv()
@@ -131,6 +143,7 @@ class ClaudeCodeProvider(ProviderBase[ClaudeCodeProviderConfig]):
             stderr="pipe",
             grace_ms=self.config.dispose_grace_ms,
             nice=self.config.nice,
+            limits=Limits.of(self.config),
         )
         return ClaudeCodeRun(self.config, spec, self._runtime or default_runtime(), run_dir)
 

@@ -34,6 +34,7 @@ from dsh.subagent import (
     SubagentResult,
     TextBlock,
     failure_line,
+    with_limits_hit,
 )
 from dsh.subagent_claude_code._mapping import (
     DENY_MESSAGE,
@@ -309,6 +310,9 @@ class ClaudeCodeRun:
             )
         else:
             facts = FailureFacts(product=PRODUCT, stage="query-run", category="missing-result")
+        process = self._transport.process
+        if process is not None:  # dsh ended the tree because it ran into a configured limit
+            facts = with_limits_hit(facts, process.limits_hit)
         diagnostic = failure_line(facts)
         if self._fact is not None:
             diagnostic = f"{diagnostic}\n{fact_line(self._mode, self._fact)}"

@@ -27,7 +27,15 @@ from dsh.subagent_codex._private import (
 from dsh.subagent_codex._run import CodexRun, StartupFailure
 from dsh.subagent_codex._warm import CodexSteps, WarmCodex
 from dsh.subagent_codex._wire import MAX_LINE_BYTES
-from dsh.subprocess import SpawnError, SpawnSpec, TeardownError, default_runtime, reap_orphans_once
+from dsh.subprocess import (
+    Limits,
+    SpawnError,
+    SpawnSpec,
+    TeardownError,
+    default_runtime,
+    limits_problem,
+    reap_orphans_once,
+)
 
 __all__ = ["CodexProvider"]
 
@@ -145,6 +153,11 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
         cwd, texts = check_one_shot_request(
             request, prefix=PREFIX, unusable_cwd=lambda: _failure("initialize")
         )
+        problem = limits_problem(Limits.of(self.config))
+        if problem is not None:  # before anything is spawned, naming the field
+            raise ProductFailure(
+                f"{PREFIX}: {problem}; set limits_best_effort = true to run anyway"
+            )
         await reap_orphans_once()
         sweep_lost_private_dirs_once()  # private homes dead owners left (any instance's)
         key = self._warm.key(cwd) if self.config.prewarm > 0 else None
@@ -265,6 +278,7 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
                 stderr="inherit" if config.stderr == "forward" else "ignore",
                 grace_ms=config.dispose_grace_ms,
                 nice=config.nice,
+                limits=Limits.of(config),
             )
             proc = await default_runtime().spawn(spec)
         except BaseException as exc:

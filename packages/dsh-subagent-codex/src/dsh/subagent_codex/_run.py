@@ -20,6 +20,7 @@ from dsh.subagent import (
     SubagentResult,
     TextBlock,
     failure_line,
+    with_limits_hit,
 )
 from dsh.subagent_codex._auth import AuthPlan, login_stamp
 from dsh.subagent_codex._mapping import (
@@ -506,6 +507,7 @@ class CodexRun:
         if outcome is not None and exit_code is None and signal is None:
             exit_code, signal = outcome.exit_code, outcome.signal
         facts = FailureFacts(PRODUCT, stage, category, http_status, exit_code, signal)
+        facts = with_limits_hit(facts, self._proc.limits_hit)  # dsh ended the tree for a limit
         if cause is not None:
             _log.debug("codex run %s failed at %s", self._id, stage, exc_info=cause)
         if not self._published:

@@ -13,9 +13,11 @@ from dsh.subagent._closing import CloseOnce
 from dsh.subagent._demo import DEMO_ERROR_BODY, DemoFailure, DemoModel, DemoPlan, DemoScenario
 from dsh.subagent._diagnostics import (
     MAX_DIAGNOSTIC_BYTES,
+    RESOURCE_LIMIT_CATEGORY,
     FailureFacts,
     bound_diagnostic,
     failure_line,
+    with_limits_hit,
 )
 from dsh.subagent._discovery import (
     PROVIDER_ENTRY_POINT_GROUP,
@@ -62,6 +64,7 @@ __all__ = [
     "MAX_DIAGNOSTIC_BYTES",
     "NO_START_CAPABILITIES",
     "PROVIDER_ENTRY_POINT_GROUP",
+    "RESOURCE_LIMIT_CATEGORY",
     "ActivityStamp",
     "Capabilities",
     "CloseOnce",
@@ -107,4 +110,5 @@ __all__ = [
     "load_provider",
     "payload_check",
     "version_check",
+    "with_limits_hit",
 ]

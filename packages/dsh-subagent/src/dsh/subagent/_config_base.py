@@ -10,6 +10,7 @@ product-specific fields.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import ClassVar, Literal, Self
 
@@ -31,6 +32,7 @@ __all__ = [
     "EnvPolicy",
     "Isolation",
     "ProviderConfigBase",
+    "RunLimits",
 ]
 
 # The seam does not depend on dsh.subprocess (dsh-subagent's only requirement is pydantic), so the
@@ -48,6 +50,36 @@ EnvPolicy = Literal["scrub", "core"]
 Isolation = Literal["native", "private"]
 """``native``: the product reads the deployment user's own setup; ``private``: a per-run home."""
 ISOLATION_MODES: tuple[Isolation, ...] = ("native", "private")
+
+
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", re.IGNORECASE)
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+class RunLimits(BaseModel):
+    """``limits = { memory = "4G", tasks = 512, cpu = 1.5 }``: bounds for a run's whole tree,
+    enforced by dsh.subprocess's kernel layer (a cgroup per run)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    memory: int | None = Field(default=None, ge=4 << 20)
+    """Bytes, or a size with a binary unit (``"512M"``, ``"4G"``, ``"1.5GiB"``); at least 4M."""
+    tasks: int | None = Field(default=None, ge=1, le=4_194_304, strict=True)
+    """Processes and threads the tree may hold at once."""
+    cpu: float | None = Field(default=None, ge=0.01, le=1024)
+    """CPUs' worth of time per period (``1.5``: one and a half CPUs)."""
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _size(cls, value: object) -> object:
+        if isinstance(value, str):
+            match = _SIZE.fullmatch(value)
+            if match is None:
+                raise ValueError('must be bytes or a size such as "512M" or "4G"')
+            return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+        if isinstance(value, bool) or (value is not None and not isinstance(value, int)):
+            raise ValueError('must be bytes or a size such as "512M" or "4G"')
+        return value
 
 
 class ProviderConfigBase(BaseModel):
@@ -85,6 +117,11 @@ class ProviderConfigBase(BaseModel):
     private_home_env: ClassVar[tuple[str, ...]] = ()
     """The names a private home sets (a subclass lists its product's); ``env`` and
     ``inherit_env`` must not name them under ``private``: the private home would silently win."""
+    limits: RunLimits | None = None
+    """Memory, task and CPU bounds for each run's whole tree (the kernel layer). Where the
+    machine cannot enforce one, a run fails before spawning, unless ``limits_best_effort``."""
+    limits_best_effort: bool = False
+    """Run without the limits the machine cannot enforce, instead of failing."""
 
     @field_validator("provider_name")
     @classmethod

@@ -26,6 +26,7 @@ from dsh.subagent._config_base import (
     EnvPolicy,
     Isolation,
     ProviderConfigBase,
+    RunLimits,
 )
 from dsh.subagent._diagnostics import (
     MAX_DIAGNOSTIC_BYTES,
@@ -66,6 +67,7 @@ __all__ = [
     "ProviderConfigBase",
     "ReportsActivity",
     "ResultLatch",
+    "RunLimits",
     "WarmPool",
     "bound_diagnostic",
     "check_env_names",

@@ -6,6 +6,7 @@ Spawn through a ``SubprocessRuntime`` (``default_runtime()`` is the process-wide
 
 from importlib import metadata as _metadata
 
+from dsh.subprocess._cgroup import KERNEL_LAYER_ENV, KernelLayer, kernel_layer, limits_problem
 from dsh.subprocess._env import (
     AGENT_SOCKET_NAMES,
     CORE_ENV_NAMES,
@@ -22,6 +23,7 @@ from dsh.subprocess._env import (
     policy_overlay,
     scrubbed_parent_env,
 )
+from dsh.subprocess._limits import LIMIT_KEYS, Limits
 from dsh.subprocess._lines import READ_CHUNK_BYTES, BoundedLines
 from dsh.subprocess._orphans import marked_processes, reap_orphans, reap_orphans_once
 from dsh.subprocess._process import ManagedProcess
@@ -49,6 +51,8 @@ __all__ = [
     "CREDENTIAL_VALUE_PATTERN",
     "DSH_ENV_PREFIX",
     "ENV_POLICIES",
+    "KERNEL_LAYER_ENV",
+    "LIMIT_KEYS",
     "MAX_GRACE_MS",
     "READ_CHUNK_BYTES",
     "SCRUB_EXEMPT_NAMES",
@@ -60,6 +64,8 @@ __all__ = [
     "EnvForwarding",
     "EnvPolicy",
     "ForwardingConfig",
+    "KernelLayer",
+    "Limits",
     "LineTooLong",
     "ManagedProcess",
     "ProcessOutcome",
@@ -73,6 +79,8 @@ __all__ = [
     "build_child_env",
     "default_runtime",
     "is_credential_env",
+    "kernel_layer",
+    "limits_problem",
     "marked_processes",
     "policy_overlay",
     "reap_orphans",

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Mapping
 
+from dsh.subprocess._cgroup import sweep_dead_owners
 from dsh.subprocess._procfs import (
     _IS_LINUX,
     ProcInfo,
@@ -137,7 +138,8 @@ def reap_orphans() -> list[int]:
 
     Also the trees below a dead owner's spawner and supervisors (they survive only if something
     stopped them from cleaning up), and every member a dead owner recorded without a marker
-    (``_record``), matched by pid and start time.
+    (``_record``), matched by pid and start time. Under the kernel layer it also empties and
+    removes the cgroups of dead hosts (their pids are not in the returned list).
 
     Returns the pids signalled, sorted. Blocks briefly (process-table scans, at most about a
     second of confirmation); async callers may use ``asyncio.to_thread(reap_orphans)``.
@@ -168,6 +170,10 @@ def reap_orphans() -> list[int]:
     for path in finished_records:
         with contextlib.suppress(OSError):
             path.unlink()
+    try:
+        sweep_dead_owners()  # the kernel layer's groups of dead hosts, and what is left in them
+    except OSError:
+        _log.debug("sweeping dead hosts' cgroups failed", exc_info=True)
     return sorted(killed)
 
 

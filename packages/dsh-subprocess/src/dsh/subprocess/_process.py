@@ -17,10 +17,16 @@ from typing import IO, Literal, TypeVar
 import psutil
 
 from dsh.subprocess import _procfs
+from dsh.subprocess._cgroup import kernel_layer, limits_problem
 from dsh.subprocess._env import build_child_env
 from dsh.subprocess._priority import lower_priority
 from dsh.subprocess._procfs import TREE_MARKER_ENV, Snapshot, read_info, scan
-from dsh.subprocess._spawner import SpawnerUnavailable, SupervisedChild, spawn_supervised
+from dsh.subprocess._spawner import (
+    GroupJoinFailed,
+    SpawnerUnavailable,
+    SupervisedChild,
+    spawn_supervised,
+)
 from dsh.subprocess._spec import Collect, CollectedText, ProcessOutcome, SpawnSpec, StreamSpec
 from dsh.subprocess._tree import Tree
 from dsh.subprocess._workers import offload, submit
@@ -113,6 +119,11 @@ class ManagedProcess:
         self.stderr: asyncio.StreamReader | None = None
         self._popen = popen
         self._supervised = popen if isinstance(popen, SupervisedChild) else None
+        self._group = self._supervised.group if self._supervised is not None else None
+        self.kernel_contained = self._group is not None
+        """True when the tree ran in its own cgroup (the kernel layer)."""
+        self.limits_hit: tuple[str, ...] = ()
+        """The limits (``memory``, ``tasks``) the tree ran into; the run was ended for it."""
         self._tree = tree
         self._loop = loop
         self._on_gone = on_gone
@@ -281,6 +292,8 @@ class ManagedProcess:
         if self._term_at is None:
             self._term_at = now
         self._kill_at = now
+        if self._group is not None:
+            self._group.kill()
         if self._supervised is not None:
             self._supervised.send(b"K")
         try:
@@ -309,7 +322,10 @@ class ManagedProcess:
         urgent = self._term_at is not None or self._waiters > 0
         max_age = 0.0 if urgent else max(0.0, min(self._idle_s() / 2, now - self._tree.created))
         snap = scan(max_age, refresh=self._tree.watched_pids())
+        self._check_limits()
         if self._kill_at is not None and now >= self._kill_at:
+            if self._group is not None:
+                self._group.kill()
             if self._supervised is not None:
                 self._supervised.send(b"K")
             return self._tree.kill(snap)
@@ -318,6 +334,27 @@ class ManagedProcess:
             self._delegate_term()
             return gone
         return self._tree.observe(snap)
+
+    def _check_limits(self) -> None:
+        """A tree that ran into a limit is ended: the run reports it, rather than limping on."""
+        group = self._group
+        if group is None or self.limits_hit or self.spec.limits is None:
+            return
+        hit = group.hit()
+        if hit:
+            _log.debug("process tree hit its limits: %s", ", ".join(hit))
+            self.limits_hit = hit
+            group.kill()
+
+    def _release_group(self) -> None:
+        """The tree is gone: keep what limits it hit, and remove its cgroup directories."""
+        group, self._group = self._group, None
+        if group is None:
+            return
+        if not self.limits_hit and self.spec.limits is not None:
+            self.limits_hit = group.hit()
+        if not group.remove():
+            group.kill()  # populated again? never leave a member; sweep removes the rest
 
     def _idle_s(self) -> float:
         return _SUPERVISED_IDLE_S if self._supervision_live() else _IDLE_S
@@ -372,6 +409,7 @@ class ManagedProcess:
         if self._gone_notified:
             return
         self._gone_notified = True
+        self._release_group()
         self._gone_event.set()
         self._poll_exit()
         self._on_gone(self)
@@ -411,6 +449,10 @@ class ManagedProcess:
         with contextlib.suppress(Exception):
             self._loop.remove_reader(child.fileno())
         child.close()
+        if child.lost and self._group is not None:
+            # A tool killed the supervisor: whatever it started is still in the run's group.
+            # The run cannot be supervised any more, so end it the way the spawner would.
+            self._group.kill()
         self._tree.release_anchor()
         if child.returncode is None and self._outcome is None:
             # The supervisor was killed before it could report: the status is unknowable.
@@ -613,16 +655,43 @@ def _stream_arg(mode: StreamSpec) -> int | None:
 
 
 def _popen(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> Child:
-    """Start the child: under a supervisor where possible, else a plain ``Popen``."""
+    """Start the child: under a supervisor where possible (in the run's cgroup where the
+    machine allows it), else a plain ``Popen``."""
+    strict = spec.limits is not None and not spec.limits.best_effort
     if _SUPERVISED:
+        problem = limits_problem(spec.limits)
+        if problem is not None:
+            raise SpawnError(f"{problem}; allow best effort to run without the limits")
+        owner = _owner_identity()
         try:
-            return spawn_supervised(spec, env, cwd, _owner_identity())
+            try:
+                use_groups = kernel_layer().active
+                child = spawn_supervised(spec, env, cwd, owner, use_groups=use_groups)
+            except GroupJoinFailed:
+                _log.debug("joining the run's cgroup failed", exc_info=True)
+                if strict:
+                    raise _limits_error(spec, "the run's cgroup could not be joined") from None
+                child = spawn_supervised(spec, env, cwd, owner, use_groups=False)
+            if child.group is None and strict and kernel_layer().active:
+                child.close()  # the supervisor kills what it started
+                raise _limits_error(spec, "the run's cgroup could not be created")
+            return child
         except SpawnerUnavailable:
             _log.debug("spawner unavailable; spawning without a supervisor", exc_info=True)
         except OSError as exc:
             _log.debug("spawn failed", exc_info=True)
             raise _spawn_error(exc, cwd) from exc
+    if strict:
+        raise _limits_error(spec, "no supervisor could be started")
     return _plain_popen(spec, env, cwd)
+
+
+def _limits_error(spec: SpawnSpec, reason: str) -> SpawnError:
+    key = spec.limits.requested[0] if spec.limits is not None and spec.limits.requested else "?"
+    return SpawnError(
+        f"limits.{key} cannot be enforced on this machine ({reason}); "
+        "allow best effort to run without the limits"
+    )
 
 
 def _plain_popen(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> subprocess.Popen[bytes]:
@@ -706,7 +775,8 @@ def _adopt(
     anchor = None
     if isinstance(popen, SupervisedChild):
         anchor = read_info(popen.supervisor_pid)
-    tree = Tree(read_info(popen.pid), popen.pid, marker, anchor)
+    group = popen.group if isinstance(popen, SupervisedChild) else None
+    tree = Tree(read_info(popen.pid), popen.pid, marker, anchor, group)
     proc = ManagedProcess(popen=popen, spec=spec, tree=tree, loop=loop, on_gone=on_gone)
     on_spawned(proc)
     return proc

@@ -21,15 +21,18 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 import weakref
 from pathlib import Path
 
+from dsh.subprocess._cgroup import RunGroup, kernel_layer
 from dsh.subprocess._spec import SpawnSpec, StreamSpec
 from dsh.subprocess._workers import submit
 
 __all__ = [
     "SPAWNER_OWNER_ENV",
     "SPAWNER_SCRIPT_NAME",
+    "GroupJoinFailed",
     "SpawnerUnavailable",
     "SupervisedChild",
     "spawn_supervised",
@@ -56,6 +59,14 @@ class SpawnerUnavailable(Exception):
     """The spawner process could not be started or reached; spawn without it."""
 
 
+class GroupJoinFailed(Exception):
+    """The supervisor could not join the run's cgroup; nothing was started."""
+
+
+Standby = tuple[socket.socket, RunGroup | None]
+"""A waiting supervisor's control socket, and the run group it already sits in."""
+
+
 class SupervisedChild:
     """The program of one supervised spawn, as ``ManagedProcess`` sees it."""
 
@@ -73,6 +84,8 @@ class SupervisedChild:
         """The supervisor reported that nothing is left below it."""
         self.lost = False
         """The control socket closed without that report (the supervisor was killed)."""
+        self.group: RunGroup | None = None
+        """The run's cgroup (the kernel layer), when the program was started inside one."""
         self._control = control
         self._buffer = b""
         self.stdin = os.fdopen(pipes["stdin"], "wb", buffering=0) if "stdin" in pipes else None
@@ -156,7 +169,7 @@ class _Spawner:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._process: subprocess.Popen[bytes] | None = None
-        self._standby: list[socket.socket] = []
+        self._standby: list[Standby] = []
         self._refill_due = threading.Condition(self._lock)
         self._refill_at: float | None = None
         self._refill_owner = ""
@@ -185,16 +198,23 @@ class _Spawner:
         self._sock = host_end
         return host_end
 
-    def new_supervisor(self, owner: str) -> socket.socket:
-        """A control socket to a fresh standby supervisor (a dead spawner is replaced once)."""
+    def new_supervisor(self, owner: str) -> Standby:
+        """A control socket to a fresh standby supervisor (a dead spawner is replaced once),
+        and the cgroup it joins while on standby (the kernel layer; None where it is off).
+
+        Joining a cgroup costs about 7 ms here (the kernel waits out an RCU grace period before
+        the first move in a while), so the standby pays it ahead of time, off every spawn.
+        """
         host_end, supervisor_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        group = kernel_layer().new_group(uuid.uuid4().hex, None)
+        order = {"cgroups": group.pairs() if group is not None else []}
         try:
             with self._lock:
                 for attempt in (1, 2):
                     sock = self._sock or self._start(owner)
                     try:
-                        _send_frame(sock, marshal.dumps({}), [supervisor_end.fileno()])
-                        return host_end
+                        _send_frame(sock, marshal.dumps(order), [supervisor_end.fileno()])
+                        return host_end, group
                     except OSError as exc:
                         _log.debug("spawner unreachable (attempt %d)", attempt, exc_info=True)
                         self._discard()
@@ -202,14 +222,21 @@ class _Spawner:
                             raise SpawnerUnavailable("spawner unreachable") from exc
         except BaseException:
             host_end.close()
+            if group is not None:
+                group.remove()
             raise
         finally:
             supervisor_end.close()
         raise AssertionError("unreachable")
 
-    def take_standby(self, owner: str) -> socket.socket:
+    def take_standby(self, owner: str) -> Standby:
         """A waiting supervisor's control socket; the pool is refilled off the caller's path."""
         with self._lock:
+            if self._process is not None and self._process.poll() is not None:
+                # The spawner died (a tool killed it): its standbys are no longer below a
+                # subreaper, so a tree under one would go to init if its supervisor died too.
+                _log.debug("spawner gone; its standby supervisors are dropped")
+                self._discard()
             ready = self._standby.pop() if self._standby else None
         return ready if ready is not None else self.new_supervisor(owner)
 
@@ -272,8 +299,10 @@ class _Spawner:
         if sock is not None:
             sock.close()
         standby, self._standby = self._standby, []
-        for control in standby:
+        for control, group in standby:
             control.close()
+            if group is not None:
+                group.remove()  # empty once the supervisor has left; else the exit or the sweep
         process, self._process = self._process, None
         if process is not None:
             with contextlib.suppress(OSError):
@@ -290,7 +319,7 @@ class _Spawner:
         sock, self._sock = self._sock, None
         self._process = None
         standby, self._standby = self._standby, []
-        for each in (sock, *standby):
+        for each in (sock, *(control for control, _ in standby)):
             if each is not None:
                 with contextlib.suppress(OSError):
                     each.close()
@@ -315,13 +344,30 @@ def _stdio_source(mode: StreamSpec | str, index: int, pipes: dict[str, int]) -> 
 
 
 def spawn_supervised(
-    spec: SpawnSpec, env: dict[str, str], cwd: str | None, owner: str
+    spec: SpawnSpec, env: dict[str, str], cwd: str | None, owner: str, *, use_groups: bool
 ) -> SupervisedChild:
-    """Start ``spec`` under a supervisor; OSError (errno, and the cwd as filename) if it cannot."""
+    """Start ``spec`` under a supervisor; OSError (errno, and the cwd as filename) if it cannot.
+
+    With ``use_groups`` the program starts in its run's cgroup: the one the standby supervisor
+    already sits in (else a new one), plus the v1 limit groups of ``spec.limits``, which the
+    supervisor joins before it starts the program (``GroupJoinFailed`` if it cannot). Without,
+    a standby that sits in a group leaves it first.
+    """
     pipes: dict[str, int] = {}
     sources: list[int] = []
-    host_control = _spawner.take_standby(owner)
+    host_control, group = _spawner.take_standby(owner)
+    stale = None if use_groups else group
+    group = group if use_groups else None
+    joins: list[tuple[bytes, bytes]] = []
+    prejoined = group is not None  # the standby sits in it already
     try:
+        layer = kernel_layer()
+        if use_groups and group is None:
+            group = layer.new_group(uuid.uuid4().hex, spec.limits)
+            joins = group.pairs() if group is not None else []
+        elif group is not None:
+            layer.add_limits(group, spec.limits)
+            joins = group.pairs(v1_only=True)
         layout = _open_stdio(spec, pipes, sources)
         request = {
             "argv": [os.fsencode(arg) for arg in spec.argv],
@@ -329,6 +375,9 @@ def spawn_supervised(
             "cwd": os.fsencode(cwd if cwd is not None else Path.cwd()),  # the host's, as Popen
             "nice": spec.nice,
             "stdio": layout,
+            "cgroups": joins,
+            "in_group": prejoined,
+            "leave": stale is not None,
         }
         try:
             _send_frame(host_control, marshal.dumps(request), sources)
@@ -341,10 +390,15 @@ def spawn_supervised(
     except BaseException:
         _close_all([*sources, *pipes.values()])
         host_control.close()
+        if group is not None:
+            group.remove()  # best effort: a supervisor still in it leaves it to the sweep
         raise
     finally:
         _spawner.refill_soon(owner)  # after the spawn, so the fork never competes with it
+        if stale is not None:
+            stale.remove()  # the supervisor left it before starting the program
     child = SupervisedChild(pid, supervisor_pid, host_control, pipes)
+    child.group = group
     child.take_reports(early)
     return child
 
@@ -395,6 +449,8 @@ def _await_start(control: socket.socket, cwd: str | None) -> tuple[int, int, byt
     if report.startswith(b"F "):
         stage, _, code = report[2:].partition(b" ")
         number = int(code or 0) or 0
+        if stage == b"cgroup":
+            raise GroupJoinFailed(os.strerror(number) if number else "cgroup join failed")
         message = os.strerror(number) if number else "spawn failed"
         raise OSError(number, message, cwd if stage == b"cwd" else None)
     raise SpawnerUnavailable("spawner gave no answer")

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
+from dsh.subprocess._limits import Limits
 from dsh.subprocess.errors import SpawnError
 
 __all__ = [
@@ -82,6 +83,9 @@ class SpawnSpec:
     name. ``grace_ms`` is the SIGTERM-to-SIGKILL grace, and also bounds pipe draining after exit.
     ``nice`` (0 to 19) lowers the tree's CPU priority: the child's nice value and, on Linux, its
     session's autogroup, set right after ``exec`` (best effort); ``None`` inherits the caller's.
+    ``limits`` bounds the whole tree through the kernel layer (a cgroup per run); where the
+    machine cannot enforce them the spawn fails before anything starts, unless
+    ``limits.best_effort``.
     """
 
     argv: Sequence[str]
@@ -92,8 +96,11 @@ class SpawnSpec:
     stderr: StreamSpec = "pipe"
     grace_ms: float = 3000.0
     nice: int | None = None
+    limits: Limits | None = None
 
     def __post_init__(self) -> None:
+        if self.limits is not None and not isinstance(self.limits, Limits):
+            raise ValueError("limits must be a Limits or None")
         nice: object = self.nice
         if nice is not None and (
             isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= _MAX_NICE

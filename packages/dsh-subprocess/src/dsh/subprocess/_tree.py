@@ -2,7 +2,8 @@
 
 The tree of a spawn is the union of its process group and session, every descendant ever
 observed (keyed by pid and start token, so a reused pid never counts), and every process of this
-user whose environment carries the spawn's marker. "Gone" means no non-zombie member remains.
+user whose environment carries the spawn's marker. "Gone" means no non-zombie member remains,
+and, under the kernel layer, that the run's cgroup is empty.
 
 Under a supervisor (``_spawner_main``) the tree is also everything below the supervisor, its
 *anchor*: a subreaper, so an orphan anywhere in the tree is reparented to it rather than to init,
@@ -25,6 +26,7 @@ import signal
 import threading
 import time
 
+from dsh.subprocess._cgroup import RunGroup
 from dsh.subprocess._procfs import ProcInfo, Snapshot, is_own, killpg, send_signal
 from dsh.subprocess._record import record
 
@@ -37,9 +39,16 @@ class Tree:
     """Thread-safe membership state of one spawn's tree."""
 
     def __init__(
-        self, root: ProcInfo | None, pgid: int, marker: str, anchor: ProcInfo | None = None
+        self,
+        root: ProcInfo | None,
+        pgid: int,
+        marker: str,
+        anchor: ProcInfo | None = None,
+        group: RunGroup | None = None,
     ) -> None:
         self.pgid = pgid
+        self.group = group
+        """The run's cgroup (kernel layer): the tree is gone only once it is empty too."""
         self.marker = marker
         self._lock = threading.Lock()
         self._anchor = anchor
@@ -133,7 +142,13 @@ class Tree:
         alive = self._members(snap)
         self._alive = alive
         if not alive and self._anchor is None:
-            self.gone = True
+            group = self.group
+            if group is not None and group.populated():
+                # Every other layer sees nothing, yet the group holds a process: one that
+                # escaped them all (a tool killed the supervisor and the spawner). Kill it.
+                group.kill()
+            else:
+                self.gone = True
         return alive
 
     def watched_pids(self) -> frozenset[int]:

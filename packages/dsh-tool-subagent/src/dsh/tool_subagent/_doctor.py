@@ -5,7 +5,9 @@ checks through the optional ``doctor()`` hook (see ``dsh.subagent.DoctorCheck``)
 instance (the default instance of every installed kind, or a profile's instances), so this
 module never imports a product package. Nothing is spawned. The rows name the credential
 sources each instance's product will see (variable names, whether a login file exists), never
-a value.
+a value. The ``containment`` rows say which containment layers this machine gives a run (the
+kernel layer, or why not) and which limits it can enforce; an instance whose ``limits`` cannot
+be enforced here (and are not best effort) fails its ``limits`` row.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from dsh.subagent import PROVIDER_ENTRY_POINT_GROUP
+from dsh.subprocess import Limits, kernel_layer, limits_problem
 
 __all__ = ["doctor"]
 
@@ -82,6 +85,33 @@ def _check_rows(instances: Iterable[tuple[str, Any]]) -> list[Row]:
     return rows
 
 
+CONTAINMENT = "containment"
+_FALLBACK_LAYERS = "supervisor (subreaper) > spawner > sampler > member record"
+
+
+def _containment_rows(configured: list[tuple[str, Any]]) -> list[Row]:
+    """The machine's containment layers and limits, then each instance's ``limits``."""
+    layer = kernel_layer()
+    state, limits = layer.describe()
+    layers = f"kernel (cgroup) > {_FALLBACK_LAYERS}" if layer.active else _FALLBACK_LAYERS
+    rows: list[Row] = [
+        (CONTAINMENT, "layers", layers, True),
+        (CONTAINMENT, "kernel layer", state, True),  # the fallback is never a failure
+        (CONTAINMENT, "limits", limits, True),
+    ]
+    for name, provider in configured:
+        wanted = Limits.of(getattr(provider, "config", None))
+        if wanted is None:
+            continue
+        problem = limits_problem(wanted)
+        if problem is not None:
+            rows.append((name, "limits", problem, False))
+        else:
+            mode = "best effort" if wanted.best_effort else "enforced"
+            rows.append((name, "limits", f"{', '.join(wanted.requested)}: {mode}", True))
+    return rows
+
+
 def _print_json(rows: list[Row], healthy: bool) -> None:
     providers: dict[str, list[dict[str, Any]]] = {}
     for name, check, value, ok in rows:
@@ -101,7 +131,8 @@ def doctor(
     ``instances`` (name, provider) are a profile's configured providers; without them each
     installed kind is checked through its default instance.
     """
-    rows = _check_rows(instances)
+    configured = list(instances)
+    rows = _check_rows(configured) + _containment_rows(configured)
     healthy = all(ok for *_, ok in rows)
     if as_json:
         _print_json(rows, healthy)
