@@ -8,12 +8,14 @@ process appears, the test process gains no child and ``describe()`` reports ``st
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
+from dsh.subprocess.testing import spawner_processes
 from dsh.tool_subagent import Harness
 from dsh.tool_subagent._demo_scenarios import owned_marked_processes
 
@@ -171,7 +173,15 @@ MIXED_DESCRIBED = {
 
 
 def _processes() -> tuple[list[int], list[int]]:
-    children = sorted(p.pid for p in psutil.Process().children(recursive=True))
+    # A spawner left by earlier tests of this session refills its standby supervisors in the
+    # background: those come and go by themselves. The spawner itself still counts, so a
+    # harness that started one would show.
+    machinery = set(spawner_processes(os.getpid()))
+    children = sorted(
+        p.pid
+        for p in psutil.Process().children(recursive=True)
+        if not (p.pid in machinery and p.ppid() in machinery)
+    )
     return owned_marked_processes(), children
 
 
