@@ -37,6 +37,9 @@ _WARM_INIT_ID = "dsh_warm_initialize"
 ControlHandler = Callable[[dict[str, Any]], dict[str, Any] | None]
 
 
+_STREAM_EVENT = b'{"type":"stream_event"'
+
+
 def _is_retry_notice(message: dict[str, Any]) -> bool:
     """The CLI's ``system`` / ``api_retry`` line: the product waiting to retry, not activity.
 
@@ -255,7 +258,9 @@ class DshTransport(Transport):
 
     def _parse(self, line: bytes) -> dict[str, Any] | None:
         text = line.strip()
-        if not text or not text.startswith(b"{"):
+        if not text or not text.startswith(b"{") or text.startswith(_STREAM_EVENT):
+            # A stream_event line (one per model SSE event) is activity only: nothing reads its
+            # content, so it is neither parsed here nor handed to the SDK.
             self.activity.touch()
             return None
         try:

@@ -31,7 +31,14 @@ from dsh.subagent_codex._mapping import (
     classify_error_info,
     fact_line,
 )
-from dsh.subagent_codex._wire import LineTooLong, RpcError, Wire, WireClosed, read_frames
+from dsh.subagent_codex._wire import (
+    ACTIVITY_ONLY,
+    LineTooLong,
+    RpcError,
+    Wire,
+    WireClosed,
+    read_frames,
+)
 from dsh.subprocess import ManagedProcess, TeardownError
 
 __all__ = ["CodexRun", "StartupFailure"]
@@ -299,7 +306,7 @@ class CodexRun:
             async for frame in read_frames(self._stdout, self._max_line):
                 if not _is_retry_notice(frame):
                     self._activity.touch()
-                if self._dead:
+                if self._dead or frame is ACTIVITY_ONLY:
                     continue
                 self._dispatch(frame)
         except LineTooLong as exc:

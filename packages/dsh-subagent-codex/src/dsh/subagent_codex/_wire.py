@@ -10,11 +10,38 @@ from typing import Any
 
 from dsh.subprocess import BoundedLines, LineTooLong
 
-__all__ = ["MAX_LINE_BYTES", "LineTooLong", "RpcError", "Wire", "WireClosed", "read_frames"]
+__all__ = [
+    "ACTIVITY_ONLY",
+    "MAX_LINE_BYTES",
+    "LineTooLong",
+    "RpcError",
+    "Wire",
+    "WireClosed",
+    "read_frames",
+]
 
 MAX_LINE_BYTES = 8 * 1024 * 1024
 # ``LineTooLong`` (a stdout line exceeded the framing cap) is dsh.subprocess's, re-exported here
 # for the run's ``except`` clause.
+
+
+ACTIVITY_ONLY: dict[str, Any] = {}
+"""Yielded (by identity) for a streaming notification: it says the product is active, and
+nothing in it is read, so it is not parsed (a model's answer streams one per token)."""
+
+_METHOD_PREFIX = b'{"method":"'
+_STREAMING_METHODS = frozenset(
+    {
+        b"item/agentMessage/delta",
+        b"item/reasoning/summaryTextDelta",
+        b"item/reasoning/summaryPartAdded",
+        b"item/reasoning/textDelta",
+        b"item/commandExecution/outputDelta",
+        b"item/fileChange/outputDelta",
+        b"item/plan/delta",
+        b"command/exec/outputDelta",
+    }
+)
 
 
 class WireClosed(Exception):
@@ -33,6 +60,8 @@ class RpcError(Exception):
 async def read_frames(stream: asyncio.StreamReader, max_line: int) -> AsyncIterator[dict[str, Any]]:
     """Yield each stdout line that parses as a JSON object; skip others; end at EOF.
 
+    A streaming notification (a delta) is yielded as ``ACTIVITY_ONLY`` without being parsed.
+
     ``BoundedLines`` reads in chunks (independent of the stream's own line limit) and raises
     ``LineTooLong`` as soon as a pending line exceeds ``max_line`` bytes, so memory stays bounded.
     An unterminated last line is dropped (the app-server ends every frame with a newline).
@@ -44,6 +73,10 @@ async def read_frames(stream: asyncio.StreamReader, max_line: int) -> AsyncItera
 
 
 def _parse(line: bytes) -> dict[str, Any] | None:
+    if line.startswith(_METHOD_PREFIX):
+        start = len(_METHOD_PREFIX)
+        if line[start : line.find(b'"', start)] in _STREAMING_METHODS:
+            return ACTIVITY_ONLY
     try:
         value = json.loads(line)
     except ValueError:
