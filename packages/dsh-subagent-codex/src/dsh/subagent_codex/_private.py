@@ -6,7 +6,8 @@ its ``CODEX_SQLITE_HOME`` and its ``HOME`` (empty: Codex snapshots the login she
 ``$HOME`` before the first command, and a tool command finds no ``~/.gitconfig`` or ``~/.ssh``
 of the host user there). The run removes the dir after whole-tree exit; the provider's first
 start in a process sweeps the dirs of dead owners. A forwarded key is logged in through the
-app-server's own ``account/login/start``, which writes it into this ``CODEX_HOME``.
+app-server's own ``account/login/start`` into its in-memory credential store (``_auth``), so it
+is written nowhere, not even here.
 """
 
 from __future__ import annotations
