@@ -57,7 +57,7 @@ async def dsh_run_background(
     setup: Any, env: dict[str, str], profile: Path, task: str
 ) -> tuple[int | None, str, str]:
     """``dsh run --background`` of ``task`` with Codex: (exit code, stdout, stderr)."""
-    argv = [str(DSH), "run", "--background", "--profile", str(profile)]
+    argv = [str(DSH), "-vv", "run", "--background", "--profile", str(profile)]
     argv += ["--cwd", str(setup.workspace), "--tool", "subagent_codex", task]
     spec = SpawnSpec(
         argv=argv,
@@ -109,8 +109,9 @@ async def test_a_ray_client_address_runs_the_job_on_a_worker_node(
     assert request.headers["authorization"] == f"Bearer {ray_kit.canary}"
     assert nodes, "the product never ran below a raylet"
     assert nodes <= {node.node_id for node in ray_kit.workers}
-    # The head's client server started a server of its own for this client (its log file).
-    assert len(ray_kit.client_servers() - servers_before) == 1
+    # The head's client server started a server of its own for this client (its log file); more
+    # than one when Ray lost the first ones (the executor asks again, a bounded number of times).
+    assert len(ray_kit.client_servers() - servers_before) >= 1
 
 
 async def test_dsh_mcp_serves_background_jobs_run_on_the_cluster(

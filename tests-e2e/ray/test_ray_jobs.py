@@ -232,3 +232,31 @@ async def test_a_cwd_missing_on_the_worker_fails_before_anything_spawns(
         " job's cwd must be on a filesystem every node shares"
     )
     assert not [r for r in setup.codex.requests if r.task == "no workspace"]
+
+
+@pytest.mark.parametrize(("failures", "connected"), [(3, True), (4, False)])
+def test_a_ray_client_server_start_that_fails_is_asked_again_a_bounded_number_of_times(
+    monkeypatch: pytest.MonkeyPatch, failures: int, connected: bool
+) -> None:
+    """Ray's client proxy now and then loses the server process it starts for a new client, and
+    the client's ``ray.init`` raises ``ConnectionAbortedError`` (seen in this suite's
+    ``ray://`` test on a loaded machine). A scripted ``ray.init`` stands in for that proxy: the
+    executor tries 4 times in all, then reports the cluster unavailable."""
+    from dsh.jobs import _ray_executor
+
+    calls: list[str] = []
+
+    def init(*, address: str, **_: Any) -> None:
+        calls.append(address)
+        if len(calls) <= failures:
+            raise ConnectionAbortedError("Initialization failure from server")
+
+    monkeypatch.setattr(_ray_executor.ray, "init", init)
+    monkeypatch.setattr(_ray_executor, "CLIENT_INIT_PAUSE_S", 0.0)
+    executor = RayExecutor(address="ray://127.0.0.1:1", max_runs_per_node=1)
+    if connected:
+        executor._init_ray()
+    else:
+        with pytest.raises(ConnectionAbortedError):
+            executor._init_ray()
+    assert calls == ["ray://127.0.0.1:1"] * min(failures + 1, _ray_executor.CLIENT_INIT_ATTEMPTS)

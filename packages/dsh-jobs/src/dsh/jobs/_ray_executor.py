@@ -22,6 +22,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 from typing import Any, ClassVar
 
 from dsh.jobs._executor import Executor, JobStarted, JobWork, PortableWork, resolve
@@ -51,6 +52,14 @@ logger = logging.getLogger("dsh.jobs")
 #: How long an actor whose job ended waits for the next job before it stops (and frees its
 #: node's share): a job started meanwhile skips the actor's start (a process and its imports).
 IDLE_S = 30.0
+
+#: A Ray Client (``ray://``) connection whose server-side start failed is tried this many times
+#: in all. Ray's client proxy starts one server process per client by forking from a threaded
+#: process and running Python in the child before ``exec``; on a loaded machine that child now
+#: and then dies at once or hangs, and the client gets ``ConnectionAbortedError`` (at once, or
+#: after Ray's own 30 s wait). Each try takes a fresh client id, so a fresh server.
+CLIENT_INIT_ATTEMPTS = 4
+CLIENT_INIT_PAUSE_S = 0.5
 
 
 class _JobActor:
@@ -127,16 +136,29 @@ class RayExecutor(Executor):
     def _connect(self) -> None:
         with self._connect_lock:
             if not ray.is_initialized():
+                self._init_ray()
+                self._connected_here = True
+            resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+            if resources.get(NODE_RESOURCE, 0.0) < self.share:
+                raise LookupError(f"no node declares the {NODE_RESOURCE} resource")
+
+    def _init_ray(self) -> None:
+        """``ray.init``; a Ray Client server that failed to start the client's own server is
+        asked again, a bounded number of times (a new client gets a new server)."""
+        for attempt in range(1, CLIENT_INIT_ATTEMPTS + 1):
+            try:
                 ray.init(
                     address=self.address,
                     log_to_driver=False,
                     logging_level=logging.WARNING,
                     namespace="dsh",
                 )
-                self._connected_here = True
-            resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
-            if resources.get(NODE_RESOURCE, 0.0) < self.share:
-                raise LookupError(f"no node declares the {NODE_RESOURCE} resource")
+                return
+            except ConnectionAbortedError:
+                if attempt == CLIENT_INIT_ATTEMPTS:
+                    raise
+                logger.debug("the Ray Client server failed to start a server for dsh; retrying")
+                time.sleep(CLIENT_INIT_PAUSE_S)
 
     async def _ensure_connected(self) -> None:
         try:
