@@ -9,7 +9,8 @@ from typing import Any
 import pydantic
 import pytest
 
-from dsh.subagent import DoctorCheck, ProductFailure, SubagentError, TextBlock, load_provider
+from dsh.subagent import ProductFailure, SubagentError, TextBlock, load_provider
+from dsh.subagent.kit import DoctorCheck
 from dsh.subagent_claude_code import ClaudeCodeProvider, ClaudeCodeProviderConfig
 from dsh.subagent_claude_code import _command as command_module
 from dsh.subprocess import default_runtime

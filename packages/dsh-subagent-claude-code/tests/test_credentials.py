@@ -9,7 +9,7 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from dsh.subagent import DoctorCheck
+from dsh.subagent.kit import DoctorCheck
 from dsh.subagent_claude_code import (
     CLAUDE_CREDENTIAL_ENV,
     ClaudeCodeProvider,

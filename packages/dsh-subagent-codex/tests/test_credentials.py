@@ -7,7 +7,7 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from dsh.subagent import DoctorCheck
+from dsh.subagent.kit import DoctorCheck
 from dsh.subagent_codex import CODEX_CREDENTIAL_ENV, CodexProvider, CodexProviderConfig
 from dsh.subagent_codex._env import forwarding, tool_env_override
 from dsh.subagent_codex.testing import hermetic_env

@@ -11,7 +11,8 @@ from typing import Any
 import pydantic
 import pytest
 
-from dsh.subagent import DoctorCheck, ProductFailure, load_provider
+from dsh.subagent import ProductFailure, load_provider
+from dsh.subagent.kit import DoctorCheck
 from dsh.subagent_codex import CodexProvider, CodexProviderConfig
 from dsh.subagent_codex import _provider as provider_module
 from dsh.subagent_codex.testing import make_start_request

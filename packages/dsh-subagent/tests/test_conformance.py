@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from dsh.subagent import (
-    FailureFacts,
     Parent,
     ResolvedStartRequest,
     StopReason,
@@ -13,6 +12,7 @@ from dsh.subagent import (
     SubagentStartRequest,
     TextBlock,
 )
+from dsh.subagent.kit import FailureFacts
 from dsh.subagent.testing import FakeProvider, FakeRun, run_provider_conformance
 
 

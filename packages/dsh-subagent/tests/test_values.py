@@ -7,18 +7,20 @@ import pytest
 
 import dsh.subagent as seam
 from dsh.subagent import (
-    MAX_DIAGNOSTIC_BYTES,
     Descriptor,
-    FailureFacts,
     Parent,
     ProductFailure,
     ResolvedStartRequest,
-    ResultLatch,
     StopReason,
     SubagentError,
     SubagentResult,
     SubagentStartRequest,
     TextBlock,
+)
+from dsh.subagent.kit import (
+    MAX_DIAGNOSTIC_BYTES,
+    FailureFacts,
+    ResultLatch,
     bound_diagnostic,
     failure_line,
 )

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dsh.subagent import FailureFacts
+from dsh.subagent.kit import FailureFacts
 from dsh.subagent.testing import FakeProvider
 from dsh.subprocess import is_credential_env
 from dsh.tool_subagent import Harness

@@ -43,7 +43,7 @@ def _load(kind: str, config: Any = None) -> FakeProvider:
         HANGING.append(provider)
         return provider
     if parsed.outcome == "error":
-        from dsh.subagent import FailureFacts
+        from dsh.subagent.kit import FailureFacts
 
         facts = FailureFacts(product="Codex", stage="turn", category="internalServerError")
         return FakeProvider("fake", failure=facts, capabilities=capabilities)

@@ -16,14 +16,8 @@ from typing import Any
 import pydantic
 import pytest
 
-from dsh.subagent import (
-    DoctorCheck,
-    FailureFacts,
-    StopReason,
-    SubagentError,
-    SubagentResult,
-    installed_provider_kinds,
-)
+from dsh.subagent import StopReason, SubagentError, SubagentResult, installed_provider_kinds
+from dsh.subagent.kit import DoctorCheck, FailureFacts
 from dsh.subagent.testing import FakeProvider
 from dsh.tool_subagent import Harness, default_profile
 from dsh.tool_subagent import _harness as harness_module

@@ -23,13 +23,13 @@ from dsh.jobs import JobDone, JobRegistry
 from dsh.jobs.tools import job_tools
 from dsh.subagent import (
     Descriptor,
-    FailureFacts,
     Parent,
     ResolvedStartRequest,
     SubagentService,
     SubagentStarted,
     TextBlock,
 )
+from dsh.subagent.kit import FailureFacts
 from dsh.subagent.testing import FakeProvider
 from dsh.tool_subagent import (
     Caller,

@@ -10,14 +10,13 @@ import pytest
 from dsh.jobs import JobRegistry, JobStatus
 from dsh.subagent import (
     Capabilities,
-    FailureFacts,
     ResolvedStartRequest,
     StopReason,
     SubagentResult,
     SubagentService,
     TextBlock,
-    failure_line,
 )
+from dsh.subagent.kit import FailureFacts, failure_line
 from dsh.subagent.testing import FakeProvider
 from dsh.tool_subagent import Caller, SubagentTool, SubagentToolConfig, Tool, ToolResult
 from dsh.tool_subagent.errors import MountError

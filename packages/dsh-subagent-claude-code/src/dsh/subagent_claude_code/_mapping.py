@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from claude_agent_sdk import ResultMessage
 
-from dsh.subagent import FailureFacts
+from dsh.subagent.kit import FailureFacts
 
 __all__ = [
     "DENY_MESSAGE",

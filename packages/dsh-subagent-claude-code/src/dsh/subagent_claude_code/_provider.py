@@ -6,8 +6,8 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 
-from dsh.subagent import DemoPlan, FailureFacts, ProductFailure, ResolvedStartRequest
-from dsh.subagent.kit import ProductInstall, ProviderBase, check_one_shot_request
+from dsh.subagent import DemoPlan, ProductFailure, ResolvedStartRequest
+from dsh.subagent.kit import FailureFacts, ProductInstall, ProviderBase, check_one_shot_request
 from dsh.subagent_claude_code import _command
 from dsh.subagent_claude_code._command import (
     PayloadMissing,

@@ -25,17 +25,8 @@ from claude_agent_sdk import (
     query,
 )
 
-from dsh.subagent import (
-    CloseOnce,
-    FailureFacts,
-    ProductFailure,
-    ResultLatch,
-    StopReason,
-    SubagentResult,
-    TextBlock,
-    failure_line,
-    with_limits_hit,
-)
+from dsh.subagent import ProductFailure, StopReason, SubagentResult, TextBlock, with_limits_hit
+from dsh.subagent.kit import CloseOnce, FailureFacts, ResultLatch, failure_line
 from dsh.subagent_claude_code._mapping import (
     DENY_MESSAGE,
     PRODUCT,

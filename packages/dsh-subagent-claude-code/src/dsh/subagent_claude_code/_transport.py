@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from claude_agent_sdk import CLIConnectionError, CLIJSONDecodeError, ProcessError, Transport
 
-from dsh.subagent import ActivityStamp, CloseOnce
+from dsh.subagent.kit import ActivityStamp, CloseOnce
 from dsh.subprocess import (
     BoundedLines,
     LineTooLong,

@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
-from dsh.subagent import DemoPlan, FailureFacts, ProductFailure, ResolvedStartRequest
-from dsh.subagent.kit import ProductInstall, ProviderBase, check_one_shot_request
+from dsh.subagent import DemoPlan, ProductFailure, ResolvedStartRequest
+from dsh.subagent.kit import FailureFacts, ProductInstall, ProviderBase, check_one_shot_request
 from dsh.subagent_codex._auth import AuthPlan, plan_auth
 from dsh.subagent_codex._config import CodexProviderConfig
 from dsh.subagent_codex._env import forwarding, tool_env_override

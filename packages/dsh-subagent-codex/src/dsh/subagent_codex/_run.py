@@ -10,18 +10,8 @@ import uuid
 from types import TracebackType
 from typing import Any, Self
 
-from dsh.subagent import (
-    ActivityStamp,
-    CloseOnce,
-    FailureFacts,
-    ProductFailure,
-    ResultLatch,
-    StopReason,
-    SubagentResult,
-    TextBlock,
-    failure_line,
-    with_limits_hit,
-)
+from dsh.subagent import ProductFailure, StopReason, SubagentResult, TextBlock, with_limits_hit
+from dsh.subagent.kit import ActivityStamp, CloseOnce, FailureFacts, ResultLatch, failure_line
 from dsh.subagent_codex._auth import AuthPlan, login_stamp
 from dsh.subagent_codex._mapping import (
     DECLINED_ITEMS,

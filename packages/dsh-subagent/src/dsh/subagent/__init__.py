@@ -7,26 +7,14 @@ providers, and entry-point discovery. The conformance kit lives in :mod:`dsh.sub
 
 from importlib import metadata as _metadata
 
-from dsh.subagent._activity import ActivityStamp, ReportsActivity, last_activity
-from dsh.subagent._checks import check_one_shot_request
-from dsh.subagent._closing import CloseOnce
 from dsh.subagent._demo import DEMO_ERROR_BODY, DemoFailure, DemoModel, DemoPlan, DemoScenario
-from dsh.subagent._diagnostics import (
-    MAX_DIAGNOSTIC_BYTES,
-    RESOURCE_LIMIT_CATEGORY,
-    FailureFacts,
-    bound_diagnostic,
-    failure_line,
-    with_limits_hit,
-)
+from dsh.subagent._diagnostics import RESOURCE_LIMIT_CATEGORY, with_limits_hit
 from dsh.subagent._discovery import (
     PROVIDER_ENTRY_POINT_GROUP,
     InstallRequirements,
     installed_provider_kinds,
     load_provider,
 )
-from dsh.subagent._doctor import DoctorCheck, credential_checks, payload_check, version_check
-from dsh.subagent._env_config import check_env_names, check_env_overlay
 from dsh.subagent._events import (
     Listener,
     ProviderAdded,
@@ -35,8 +23,6 @@ from dsh.subagent._events import (
     SubagentEvent,
     SubagentStarted,
 )
-from dsh.subagent._latch import ResultLatch
-from dsh.subagent._provider_base import ProductInstall, ProviderBase
 from dsh.subagent._service import PublishedRun, SubagentService
 from dsh.subagent._types import (
     NO_START_CAPABILITIES,
@@ -59,35 +45,71 @@ try:
 except _metadata.PackageNotFoundError:  # imported from a source tree that is not installed
     __version__ = "0+unknown"
 
+# Provider-author names that once lived here too; they import from dsh.subagent.kit now.
+# Kept importable (with a warning) until dsh-subagent 1.0 so existing providers keep working.
+_MOVED_TO_KIT = frozenset(
+    {
+        "ActivityStamp",
+        "CloseOnce",
+        "DoctorCheck",
+        "FailureFacts",
+        "MAX_DIAGNOSTIC_BYTES",
+        "ProductInstall",
+        "ProviderBase",
+        "ReportsActivity",
+        "ResultLatch",
+        "bound_diagnostic",
+        "check_env_names",
+        "check_env_overlay",
+        "check_one_shot_request",
+        "credential_checks",
+        "failure_line",
+        "last_activity",
+        "payload_check",
+        "version_check",
+    }
+)
+
+
+def __getattr__(name: str) -> object:
+    if name in _MOVED_TO_KIT:
+        import warnings
+
+        from dsh.subagent import kit
+
+        warnings.warn(
+            f"dsh.subagent.{name} moved: use 'from dsh.subagent.kit import {name}'",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(kit, name)
+    raise AttributeError(f"module 'dsh.subagent' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*__all__, "__version__"})
+
+
 __all__ = [
     "DEMO_ERROR_BODY",
-    "MAX_DIAGNOSTIC_BYTES",
     "NO_START_CAPABILITIES",
     "PROVIDER_ENTRY_POINT_GROUP",
     "RESOURCE_LIMIT_CATEGORY",
-    "ActivityStamp",
     "Capabilities",
-    "CloseOnce",
     "ContentBlock",
     "DemoFailure",
     "DemoModel",
     "DemoPlan",
     "DemoScenario",
     "Descriptor",
-    "DoctorCheck",
-    "FailureFacts",
     "InstallRequirements",
     "Listener",
     "Parent",
     "ProductFailure",
-    "ProductInstall",
     "ProviderAdded",
-    "ProviderBase",
     "ProviderRemoved",
     "PublishedRun",
-    "ReportsActivity",
     "ResolvedStartRequest",
-    "ResultLatch",
     "StopReason",
     "SubagentEnded",
     "SubagentError",
@@ -99,16 +121,7 @@ __all__ = [
     "SubagentStartRequest",
     "SubagentStarted",
     "TextBlock",
-    "bound_diagnostic",
-    "check_env_names",
-    "check_env_overlay",
-    "check_one_shot_request",
-    "credential_checks",
-    "failure_line",
     "installed_provider_kinds",
-    "last_activity",
     "load_provider",
-    "payload_check",
-    "version_check",
     "with_limits_hit",
 ]

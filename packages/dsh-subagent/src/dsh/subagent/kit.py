@@ -10,10 +10,9 @@ processes (``WarmPool``, for ``prewarm``), the activity stamp (``ActivityStamp``
 ``touch()``-es it on every message it reads from its product and exposes it as the
 ``last_activity`` property, which the caller's stall limit reads; ``ReportsActivity`` and
 ``last_activity(run)`` are the reading side), and owner-named run dirs (their sweep, the
-private-home template copy). The names other than ``ProviderConfigBase``,
-``WarmPool`` and their constants are also importable from :mod:`dsh.subagent` (the tool layer
-uses ``CloseOnce`` and ``DoctorCheck``; tests/test_kit.py holds every other kit name to be the
-seam's object).
+private-home template copy). Provider authors import these names from here;
+the ones :mod:`dsh.subagent` once re-exported still import from the root with a
+``DeprecationWarning`` until dsh-subagent 1.0 (tests/test_surfaces.py).
 """
 
 from dsh.subagent._activity import ActivityStamp, ReportsActivity, last_activity

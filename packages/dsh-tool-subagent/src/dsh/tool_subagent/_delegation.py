@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from dsh.jobs import JobOutcome, JobStatus
 from dsh.subagent import (
-    CloseOnce,
     PublishedRun,
     StopReason,
     SubagentError,
@@ -20,6 +19,7 @@ from dsh.subagent import (
     SubagentService,
     SubagentStartRequest,
 )
+from dsh.subagent.kit import CloseOnce
 from dsh.tool_subagent._limits import RunLimits, Watchdog, limit_text
 
 __all__ = ["Finished", "Interrupted", "background_outcome", "killed", "run_to_end", "safe_text"]

@@ -15,7 +15,8 @@ import logging
 import time
 from dataclasses import dataclass
 
-from dsh.subagent import SubagentRun, last_activity
+from dsh.subagent import SubagentRun
+from dsh.subagent.kit import last_activity
 
 __all__ = [
     "DEFAULT_STALL_TIMEOUT_S",
