@@ -46,7 +46,8 @@ except _metadata.PackageNotFoundError:  # imported from a source tree that is no
     __version__ = "0+unknown"
 
 # Provider-author names that once lived here too; they import from dsh.subagent.kit now.
-# Kept importable (with a warning) until dsh-subagent 1.0 so existing providers keep working.
+# Deprecated since dsh-subagent 0.2.0; kept importable (with a warning) until 1.0 so existing
+# providers keep working.
 _MOVED_TO_KIT = frozenset(
     {
         "ActivityStamp",

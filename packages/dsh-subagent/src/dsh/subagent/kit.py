@@ -12,7 +12,7 @@ processes (``WarmPool``, for ``prewarm``), the activity stamp (``ActivityStamp``
 ``last_activity(run)`` are the reading side), and owner-named run dirs (their sweep, the
 private-home template copy). Provider authors import these names from here;
 the ones :mod:`dsh.subagent` once re-exported still import from the root with a
-``DeprecationWarning`` until dsh-subagent 1.0 (tests/test_surfaces.py).
+``DeprecationWarning`` until dsh-subagent 1.0 (deprecated since 0.2.0) (tests/test_surfaces.py).
 """
 
 from dsh.subagent._activity import ActivityStamp, ReportsActivity, last_activity
