@@ -1,8 +1,9 @@
 """dsh.subagent: the provider seam for one-shot product subagents.
 
 The value types and protocols a provider implements, the named provider registry
-(:class:`SubagentService`) with its lifecycle events, safe diagnostics shared by the product
-providers, and entry-point discovery. The conformance kit lives in :mod:`dsh.subagent.testing`.
+(:class:`SubagentService`) with its lifecycle events, and entry-point discovery: the harness's
+surface. Provider authors import their building blocks from :mod:`dsh.subagent.kit`; the
+conformance kit lives in :mod:`dsh.subagent.testing`.
 """
 
 from importlib import metadata as _metadata

@@ -1,7 +1,7 @@
 """``dsh doctor``: installed provider kinds and each configured instance's own checks.
 
 Providers are reached only through the ``dsh.subagent.providers`` entry points; they report their
-checks through the optional ``doctor()`` hook (see ``dsh.subagent.DoctorCheck``), called on each
+checks through the optional ``doctor()`` hook (see ``dsh.subagent.kit.DoctorCheck``), called on each
 instance (the default instance of every installed kind, or a profile's instances), so this
 module never imports a product package. Nothing is spawned. The rows name the credential
 sources each instance's product will see (variable names, whether a login file exists), never

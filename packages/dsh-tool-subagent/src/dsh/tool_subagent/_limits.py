@@ -1,7 +1,7 @@
 """The caller's limits on one delegation: ``timeout_s`` (wall clock) and ``stall_timeout_s``.
 
 One timer per limit and run, on the event loop; no task and no per-message work. The stall timer,
-when it fires, compares the clock with the run's activity stamp (``dsh.subagent.last_activity``)
+when it fires, compares the clock with the run's activity stamp (``dsh.subagent.kit.last_activity``)
 and re-arms itself for the stamp plus the limit, so a run that keeps talking costs one timer
 callback per ``stall_timeout_s``. An expired limit cancels the run through its own ``cancel()``;
 the caller then closes it as usual (``aclose()``: whole-tree exit), so the tree is gone before the
