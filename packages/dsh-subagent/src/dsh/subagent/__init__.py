@@ -38,6 +38,7 @@ from dsh.subagent._events import (
 from dsh.subagent._latch import ResultLatch
 from dsh.subagent._provider_base import ProductInstall, ProviderBase
 from dsh.subagent._service import PublishedRun, SubagentService
+from dsh.subagent._usage import RunTimings, UsageFacts
 from dsh.subagent._types import (
     NO_START_CAPABILITIES,
     Capabilities,
@@ -88,6 +89,7 @@ __all__ = [
     "ReportsActivity",
     "ResolvedStartRequest",
     "ResultLatch",
+    "RunTimings",
     "StopReason",
     "SubagentEnded",
     "SubagentError",
@@ -99,6 +101,7 @@ __all__ = [
     "SubagentStartRequest",
     "SubagentStarted",
     "TextBlock",
+    "UsageFacts",
     "bound_diagnostic",
     "check_env_names",
     "check_env_overlay",
