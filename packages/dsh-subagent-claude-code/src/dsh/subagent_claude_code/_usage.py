@@ -1,4 +1,4 @@
-"""Reads Claude Code's result message (``usage``, ``model_usage``, cost) into :class:`UsageFacts`."""
+"""Reads Claude Code's result message (usage, model_usage, cost) into UsageFacts."""
 
 from __future__ import annotations
 

@@ -38,7 +38,6 @@ from dsh.subagent._events import (
 from dsh.subagent._latch import ResultLatch
 from dsh.subagent._provider_base import ProductInstall, ProviderBase
 from dsh.subagent._service import PublishedRun, SubagentService
-from dsh.subagent._usage import RunTimings, UsageFacts
 from dsh.subagent._types import (
     NO_START_CAPABILITIES,
     Capabilities,
@@ -53,6 +52,7 @@ from dsh.subagent._types import (
     SubagentStartRequest,
     TextBlock,
 )
+from dsh.subagent._usage import RunTimings, UsageFacts
 from dsh.subagent.errors import ProductFailure, SubagentError
 
 try:

@@ -35,7 +35,7 @@ class UsageFacts:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunTimings:
-    """dsh's own monotonic stamps of a run, in seconds since its start; ``None`` if never reached."""
+    """dsh's own stamps of a run, in seconds since its start; ``None`` if never reached."""
 
     first_activity_s: float | None = None
     answer_s: float | None = None
