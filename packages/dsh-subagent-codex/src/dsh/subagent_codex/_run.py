@@ -19,6 +19,7 @@ from dsh.subagent import (
     StopReason,
     SubagentResult,
     TextBlock,
+    UsageFacts,
     failure_line,
     with_limits_hit,
 )
@@ -31,6 +32,7 @@ from dsh.subagent_codex._mapping import (
     classify_error_info,
     fact_line,
 )
+from dsh.subagent_codex._usage import usage_from_token_usage
 from dsh.subagent_codex._wire import (
     ACTIVITY_ONLY,
     LineTooLong,
@@ -131,6 +133,7 @@ class CodexRun:
         self._turn_start_timer: asyncio.TimerHandle | None = None
         self._closing = CloseOnce()
         self._activity = ActivityStamp()
+        self._usage: UsageFacts | None = None
 
     # -- public surface --------------------------------------------------------------------
     @property
@@ -141,6 +144,11 @@ class CodexRun:
     def last_activity(self) -> float:
         """When the last JSON-RPC frame was read from the app-server (``time.monotonic()``)."""
         return self._activity.last
+
+    @property
+    def usage(self) -> UsageFacts | None:
+        """What Codex last reported the turn spent (host-only; ``None`` before any report)."""
+        return self._usage
 
     async def result(self) -> SubagentResult:
         return await self._latch.wait()
@@ -372,6 +380,9 @@ class CodexRun:
             self._turn_error(params)
         elif method == "turn/completed":
             self._terminal(params.get("turn"))
+        elif method == "thread/tokenUsage/updated":
+            # Cumulative over the thread; one-shot runs have one turn, so this is the run's.
+            self._usage = usage_from_token_usage(params, model_requests=None)
 
     def _on_turn_started(self, result: dict[str, Any] | None, error: BaseException | None) -> None:
         if self._turn_start_timer is not None:
