@@ -7,7 +7,7 @@ from typing import Any
 
 from claude_agent_sdk import ResultMessage
 
-from dsh.subagent._usage import UsageFacts, non_negative_int
+from dsh.subagent.kit import UsageFacts, non_negative_int
 
 __all__ = ["usage_from_result"]
 

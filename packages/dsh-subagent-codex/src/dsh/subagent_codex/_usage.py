@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dsh.subagent._usage import UsageFacts, non_negative_int
+from dsh.subagent.kit import UsageFacts, non_negative_int
 
 __all__ = ["usage_from_token_usage"]
 
