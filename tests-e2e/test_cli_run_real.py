@@ -186,9 +186,19 @@ async def test_a_bare_tool_row_runs_on_each_product(setup: Setup) -> None:
 
 async def test_dsh_run_json_and_timeout(setup: Setup) -> None:
     setup.claude.queue_text("json answer")
+    setup.claude.usage = {"input_tokens": 11, "output_tokens": 7, "cache_read_input_tokens": 13}
     ran = await _dsh(setup, "--json", "--tool", "subagent_claude_code", "CLI-JSON task")
     report = json.loads(ran.stdout)
     assert (ran.exit_code, ran.stderr) == (0, "")
+    # Host-only usage facts: the server's counts, with the CLI's own cost and window.
+    usage = report.pop("usage")
+    assert {k: usage[k] for k in ("input_tokens", "output_tokens", "cached_input_tokens")} == {
+        "input_tokens": 11,
+        "output_tokens": 7,
+        "cached_input_tokens": 13,
+    }
+    assert usage["model_requests"] == 1
+    assert usage["cost_usd"] > 0
     assert {k: report[k] for k in ("stop_reason", "text", "diagnostic", "job_id", "exit_code")} == {
         "stop_reason": "completed",
         "text": "json answer",

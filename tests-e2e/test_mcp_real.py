@@ -114,9 +114,11 @@ class Client:
     logs: list[types.LoggingMessageNotificationParams] = field(default_factory=list)
     log_arrived: anyio.Event = field(default_factory=anyio.Event)
     stream_errors: list[Exception] = field(default_factory=list)
+    last_meta: dict[str, Any] | None = None
 
     async def call(self, name: str, arguments: dict[str, Any]) -> tuple[str, bool]:
         result = await self.session.call_tool(name, arguments, read_timeout_seconds=120)
+        self.last_meta = result.meta
         (block,) = result.content
         assert isinstance(block, types.TextContent)
         return block.text, bool(result.is_error)
@@ -228,6 +230,14 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
         expected_tools = Harness.from_profile(profile).tools  # building starts nothing
         claude.queue_text("claude foreground answer", match="FG claude")
         claude.queue_text("claude background answer", match="BG claude")
+        codex.usage = {
+            "input_tokens": 1000,
+            "input_tokens_details": {"cached_tokens": 200},
+            "output_tokens": 30,
+            "output_tokens_details": {"reasoning_tokens": 7},
+            "total_tokens": 1030,
+        }
+        claude.usage = {"input_tokens": 11, "output_tokens": 7, "cache_read_input_tokens": 13}
 
         async with mcp_client(profile, workspace) as client:
             listed = (await client.session.list_tools()).tools
@@ -241,10 +251,28 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
                 "subagent_codex", {"description": "fg codex", "prompt": "FG codex task 1"}
             )
             assert codex_fg == ("codex says: FG codex task 1", False)
+            # The text above is unchanged; the host-only usage facts ride in ``_meta``.
+            assert client.last_meta is not None
+            codex_usage = client.last_meta["dsh/usage"]
+            assert {k: v for k, v in codex_usage.items() if k != "context_window"} == {
+                "input_tokens": 1000,
+                "cached_input_tokens": 200,
+                "output_tokens": 30,
+                "reasoning_output_tokens": 7,
+                "total_tokens": 1030,
+            }
             claude_fg = await client.call(
                 "subagent_claude_code", {"description": "fg claude", "prompt": "FG claude task"}
             )
             assert claude_fg == ("claude foreground answer", False)
+            assert client.last_meta is not None
+            claude_usage = client.last_meta["dsh/usage"]
+            assert {k: claude_usage[k] for k in ("input_tokens", "output_tokens")} == {
+                "input_tokens": 11,
+                "output_tokens": 7,
+            }
+            assert claude_usage["cached_input_tokens"] == 13
+            assert claude_usage["cost_usd"] > 0
 
             # Background on Claude Code, collected by job_output with wait.
             started = await client.call(

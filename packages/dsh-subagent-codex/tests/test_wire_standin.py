@@ -107,11 +107,9 @@ async def test_handshake_fields(tmp_path: Path) -> None:
     params = init["params"]
     assert params["clientInfo"]["name"] == "dsh"
     assert params["capabilities"]["experimentalApi"] is False
-    # The streaming deltas stay on: they move the run's activity stamp (the stall limit).
-    assert params["capabilities"]["optOutNotificationMethods"] == [
-        "thread/tokenUsage/updated",
-        "account/rateLimits/updated",
-    ]
+    # The streaming deltas stay on: they move the run's activity stamp (the stall limit); the
+    # token usage stays on: it is the run's usage facts.
+    assert params["capabilities"]["optOutNotificationMethods"] == ["account/rateLimits/updated"]
     thread = entries[1]["thread/start"]["params"]
     assert thread == {
         "cwd": str(tmp_path),

@@ -19,6 +19,7 @@ from dsh.subagent import (
     SubagentStarted,
     SubagentStartRequest,
     TextBlock,
+    UsageFacts,
 )
 from dsh.subagent.testing import FakeProvider
 
@@ -236,3 +237,23 @@ async def test_raising_result_is_reported_as_error() -> None:
         assert result.stop_reason is StopReason.ERROR
         assert result.diagnostic == 'subagent provider "b" failed to report a result'
         await run.aclose()
+
+
+async def test_the_published_run_forwards_the_provider_runs_usage() -> None:
+    facts = UsageFacts(input_tokens=3, output_tokens=4)
+
+    class Counting(FakeProvider):
+        async def start(self, request):  # type: ignore[no-untyped-def]
+            run = await super().start(request)
+            run.usage = facts  # type: ignore[attr-defined]
+            return run
+
+    async with SubagentService() as service:
+        service.register(Counting("c"))
+        service.register(FakeProvider("plain"))
+        counted = await service.start("c", _request())
+        plain = await service.start("plain", _request())
+        assert counted.usage is facts
+        assert plain.usage is None  # a provider that reports none
+        await counted.aclose()
+        await plain.aclose()

@@ -32,6 +32,8 @@ class ToolResult:
     text: str
     is_error: bool = False
     value: dict[str, Any] | None = None
+    meta: dict[str, Any] | None = None
+    """Host-only facts (e.g. ``{"usage": ...}``): never shown to a model."""
 
 
 class SchemaTool(Protocol):

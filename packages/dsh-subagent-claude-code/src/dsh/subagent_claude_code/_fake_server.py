@@ -134,8 +134,11 @@ class FakeMessagesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
         *,
         default: Behaviour | None = None,
         route: Callable[[RecordedRequest], Behaviour | None] | None = None,
+        usage: Mapping[str, int] | None = None,
     ) -> None:
         super().__init__(default=default, route=route)
+        self.usage: dict[str, int] = dict(_USAGE if usage is None else usage)
+        """The Messages API ``usage`` every reply reports (``output_tokens`` also in the delta)."""
         self._released = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -275,9 +278,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif behaviour.kind == "trickle" and record.stream:
             self._trickle(behaviour, model, released)
         elif record.stream:
-            self._sse(list(_events(behaviour, model)))
+            self._sse(list(_events(behaviour, model, self.fake.usage)))
         else:
-            self._json(200, _message(behaviour, model))
+            self._json(200, _message(behaviour, model, self.fake.usage))
 
     def _recorded(self, raw: bytes) -> RecordedRequest | None:
         """The request as recorded; a ``POST /v1/messages`` is returned for the script to
@@ -328,7 +331,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _trickle(self, behaviour: Behaviour, model: str, released: threading.Event) -> None:
         """The text block's events with one ``text_delta`` per word, ``seconds`` apart."""
         interval = min(max(behaviour.seconds or 1.0, 0.0), _MAX_TRICKLE_S)
-        events = list(_events(Behaviour("text", text=behaviour.text), model))
+        events = list(_events(Behaviour("text", text=behaviour.text), model, self.fake.usage))
         self._sse_head()
         for name, data in events[:2]:  # message_start, content_block_start
             self.wfile.write(_frame(name, data))
@@ -350,7 +353,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _drop(self, stream: bool, behaviour: Behaviour, model: str) -> None:
         if stream:
             self._sse_head()
-            events = list(_events(Behaviour("text", text=behaviour.text or "partial"), model))
+            partial = Behaviour("text", text=behaviour.text or "partial")
+            events = list(_events(partial, model, self.fake.usage))
             self.wfile.write(b"".join(_frame(n, d) for n, d in events[:3]))
             self.wfile.flush()
         self.close_connection = True
@@ -385,7 +389,7 @@ def _blocks(behaviour: Behaviour) -> tuple[list[dict[str, Any]], str]:
     return [{"type": "text", "text": behaviour.text}], "end_turn"
 
 
-def _message(behaviour: Behaviour, model: str) -> dict[str, Any]:
+def _message(behaviour: Behaviour, model: str, usage: Mapping[str, int]) -> dict[str, Any]:
     blocks, stop = _blocks(behaviour)
     return {
         "id": f"msg_{uuid.uuid4().hex[:24]}",
@@ -395,12 +399,14 @@ def _message(behaviour: Behaviour, model: str) -> dict[str, Any]:
         "content": blocks,
         "stop_reason": stop,
         "stop_sequence": None,
-        "usage": dict(_USAGE),
+        "usage": dict(usage),
     }
 
 
-def _events(behaviour: Behaviour, model: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    message = _message(behaviour, model)
+def _events(
+    behaviour: Behaviour, model: str, usage: Mapping[str, int]
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    message = _message(behaviour, model, usage)
     blocks = message["content"]
     start = {**message, "content": [], "stop_reason": None}
     yield "message_start", {"type": "message_start", "message": start}
@@ -432,7 +438,7 @@ def _events(behaviour: Behaviour, model: str) -> Iterator[tuple[str, dict[str, A
         {
             "type": "message_delta",
             "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
-            "usage": {"output_tokens": _USAGE["output_tokens"]},
+            "usage": {"output_tokens": usage.get("output_tokens", 0)},
         },
     )
     yield "message_stop", {"type": "message_stop"}

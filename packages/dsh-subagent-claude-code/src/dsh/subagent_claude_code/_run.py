@@ -26,7 +26,7 @@ from claude_agent_sdk import (
 )
 
 from dsh.subagent import ProductFailure, StopReason, SubagentResult, TextBlock, with_limits_hit
-from dsh.subagent.kit import CloseOnce, FailureFacts, ResultLatch, failure_line
+from dsh.subagent.kit import CloseOnce, FailureFacts, ResultLatch, UsageFacts, failure_line
 from dsh.subagent_claude_code._mapping import (
     DENY_MESSAGE,
     PRODUCT,
@@ -43,6 +43,7 @@ from dsh.subagent_claude_code._mapping import (
     result_facts,
 )
 from dsh.subagent_claude_code._transport import DshTransport
+from dsh.subagent_claude_code._usage import usage_from_result
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
 from dsh.subprocess import ManagedProcess, SpawnSpec, SubprocessRuntime
 
@@ -96,6 +97,9 @@ class ClaudeCodeRun:
         self._closing = CloseOnce()
         self._error: BaseException | None = None
         self._warm = False
+        self._usage: UsageFacts | None = None
+        # Distinct API message ids seen: one per model request the CLI made.
+        self._message_ids: set[str] = set()
 
     # ---- SubagentRun ----------------------------------------------------------------------
 
@@ -103,6 +107,11 @@ class ClaudeCodeRun:
     def last_activity(self) -> float:
         """When the last stdout line was read from the CLI (``time.monotonic()``)."""
         return self._transport.activity.last
+
+    @property
+    def usage(self) -> UsageFacts | None:
+        """What Claude Code's result reported the run spent (host-only; ``None`` before it)."""
+        return self._usage
 
     async def result(self) -> SubagentResult:
         return await asyncio.shield(self._latch.wait())
@@ -248,9 +257,12 @@ class ClaudeCodeRun:
             async for message in messages:
                 if isinstance(message, ResultMessage):
                     last_result = message
+                    self._usage = usage_from_result(message, len(self._message_ids) or None)
                     success = message.result if is_strict_success(message) else None
                     self._arm_dispose()
                 elif isinstance(message, AssistantMessage):
+                    if message.message_id is not None:
+                        self._message_ids.add(message.message_id)
                     if message.error is not None:
                         assistant_error = str(message.error)
                 elif isinstance(message, SystemMessage) and message.subtype == "permission_denied":

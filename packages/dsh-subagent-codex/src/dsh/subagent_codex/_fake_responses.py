@@ -25,6 +25,9 @@ READ_TIMEOUT_S = 30.0
 MAX_STALL_S = 120.0
 
 
+_USAGE = {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}
+
+
 @dataclass(frozen=True)
 class MessageItem:
     """An assistant message output item, with an optional Codex ``phase``."""
@@ -155,8 +158,11 @@ class FakeResponsesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
         default: Behaviour | None = None,
         route: Callable[[RecordedRequest], Behaviour | None] | None = None,
         websocket_status: int = 426,
+        usage: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(default=default, route=route)
+        self.usage: dict[str, Any] = dict(_USAGE if usage is None else usage)
+        """The Responses API ``usage`` every ``response.completed`` reports."""
         self._websocket_status = websocket_status
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
@@ -365,8 +371,7 @@ class FakeResponsesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
             failed = {"id": response_id, "status": "failed", "error": error}
             _event(writer, "response.failed", {"response": failed})
         else:
-            usage = {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}
-            completed = {"id": response_id, "status": "completed", "usage": usage}
+            completed = {"id": response_id, "status": "completed", "usage": dict(self.usage)}
             _event(writer, "response.completed", {"response": completed})
         await writer.drain()
 

@@ -35,11 +35,9 @@ MODE_FIELDS: Final[Mapping[str, Mapping[str, str]]] = {
 #: Notifications we never read; Codex stops sending them (less parsing per turn). The streaming
 #: deltas (model text, reasoning, command output) are kept: each one moves the run's activity
 #: stamp, so a model that is still answering or a command that is still printing is not taken
-#: for a stall by the caller's ``stall_timeout_s`` (docs/liveness.md).
-OPT_OUT_NOTIFICATIONS: Final = (
-    "thread/tokenUsage/updated",
-    "account/rateLimits/updated",
-)
+#: for a stall by the caller's ``stall_timeout_s`` (docs/liveness.md). ``thread/tokenUsage/updated``
+#: is kept too: it carries the run's usage facts (issue 26).
+OPT_OUT_NOTIFICATIONS: Final = ("account/rateLimits/updated",)
 
 STRING_VARIANTS: Final = frozenset(
     {

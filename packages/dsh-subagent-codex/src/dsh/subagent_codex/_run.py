@@ -11,7 +11,14 @@ from types import TracebackType
 from typing import Any, Self
 
 from dsh.subagent import ProductFailure, StopReason, SubagentResult, TextBlock, with_limits_hit
-from dsh.subagent.kit import ActivityStamp, CloseOnce, FailureFacts, ResultLatch, failure_line
+from dsh.subagent.kit import (
+    ActivityStamp,
+    CloseOnce,
+    FailureFacts,
+    ResultLatch,
+    UsageFacts,
+    failure_line,
+)
 from dsh.subagent_codex._auth import AuthPlan, login_stamp
 from dsh.subagent_codex._mapping import (
     DECLINED_ITEMS,
@@ -21,6 +28,7 @@ from dsh.subagent_codex._mapping import (
     classify_error_info,
     fact_line,
 )
+from dsh.subagent_codex._usage import usage_from_token_usage
 from dsh.subagent_codex._wire import (
     ACTIVITY_ONLY,
     LineTooLong,
@@ -121,6 +129,7 @@ class CodexRun:
         self._turn_start_timer: asyncio.TimerHandle | None = None
         self._closing = CloseOnce()
         self._activity = ActivityStamp()
+        self._usage: UsageFacts | None = None
 
     # -- public surface --------------------------------------------------------------------
     @property
@@ -131,6 +140,11 @@ class CodexRun:
     def last_activity(self) -> float:
         """When the last JSON-RPC frame was read from the app-server (``time.monotonic()``)."""
         return self._activity.last
+
+    @property
+    def usage(self) -> UsageFacts | None:
+        """What Codex last reported the turn spent (host-only; ``None`` before any report)."""
+        return self._usage
 
     async def result(self) -> SubagentResult:
         return await self._latch.wait()
@@ -362,6 +376,9 @@ class CodexRun:
             self._turn_error(params)
         elif method == "turn/completed":
             self._terminal(params.get("turn"))
+        elif method == "thread/tokenUsage/updated":
+            # Cumulative over the thread; one-shot runs have one turn, so this is the run's.
+            self._usage = usage_from_token_usage(params, model_requests=None)
 
     def _on_turn_started(self, result: dict[str, Any] | None, error: BaseException | None) -> None:
         if self._turn_start_timer is not None:

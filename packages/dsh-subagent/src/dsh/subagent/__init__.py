@@ -39,6 +39,7 @@ from dsh.subagent._types import (
     SubagentStartRequest,
     TextBlock,
 )
+from dsh.subagent._usage import RunTimings, UsageFacts
 from dsh.subagent.errors import ProductFailure, SubagentError
 
 try:
@@ -112,6 +113,7 @@ __all__ = [
     "ProviderRemoved",
     "PublishedRun",
     "ResolvedStartRequest",
+    "RunTimings",
     "StopReason",
     "SubagentEnded",
     "SubagentError",
@@ -123,6 +125,7 @@ __all__ = [
     "SubagentStartRequest",
     "SubagentStarted",
     "TextBlock",
+    "UsageFacts",
     "installed_provider_kinds",
     "load_provider",
     "with_limits_hit",

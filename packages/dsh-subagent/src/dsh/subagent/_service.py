@@ -27,6 +27,7 @@ from dsh.subagent._types import (
     SubagentRun,
     SubagentStartRequest,
 )
+from dsh.subagent._usage import UsageFacts
 from dsh.subagent.errors import SubagentError
 
 __all__ = ["PublishedRun", "SubagentService"]
@@ -72,6 +73,12 @@ class PublishedRun:
     def last_activity(self) -> float | None:
         """The provider run's activity stamp (``None`` when it reports none)."""
         return last_activity(self._inner)
+
+    @property
+    def usage(self) -> UsageFacts | None:
+        """The provider run's usage facts, host-only (``None`` when it reports none)."""
+        usage = getattr(self._inner, "usage", None)
+        return usage if isinstance(usage, UsageFacts) else None
 
     @property
     def inner(self) -> SubagentRun:

@@ -45,6 +45,7 @@ from dsh.subagent._owned_dirs import (
     sweep_lost_dirs_once,
 )
 from dsh.subagent._provider_base import ProductInstall, ProviderBase
+from dsh.subagent._usage import RunTimings, UsageFacts, non_negative_int
 from dsh.subagent._warm import WARM_START_TIMEOUT_S, WarmPool
 from dsh.subagent.errors import ProductFailure
 
@@ -67,6 +68,8 @@ __all__ = [
     "ReportsActivity",
     "ResultLatch",
     "RunLimits",
+    "RunTimings",
+    "UsageFacts",
     "WarmPool",
     "bound_diagnostic",
     "check_env_names",
@@ -78,6 +81,7 @@ __all__ = [
     "last_activity",
     "make_off_loop",
     "make_owned_dir",
+    "non_negative_int",
     "owned_dir_prefix",
     "payload_check",
     "sweep_lost_dirs",

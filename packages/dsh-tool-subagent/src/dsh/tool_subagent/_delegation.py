@@ -18,6 +18,7 @@ from dsh.subagent import (
     SubagentResult,
     SubagentService,
     SubagentStartRequest,
+    UsageFacts,
 )
 from dsh.subagent.kit import CloseOnce
 from dsh.tool_subagent._limits import RunLimits, Watchdog, limit_text
@@ -44,6 +45,7 @@ class Finished:
     dispose: str | None
     limit: str | None = None
     limit_field: str | None = None
+    usage: UsageFacts | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,9 +160,10 @@ async def run_to_end(
         return Interrupted(exc, await _dispose(run, where))
     watchdog.stop()
     dispose = await _dispose(run, where)
+    usage = run.usage
     if watchdog.expired is not None and result.stop_reason != StopReason.COMPLETED:
-        return Finished(result, dispose, watchdog.expired, watchdog.field)
-    return Finished(result, dispose)
+        return Finished(result, dispose, watchdog.expired, watchdog.field, usage)
+    return Finished(result, dispose, usage=usage)
 
 
 async def background_outcome(

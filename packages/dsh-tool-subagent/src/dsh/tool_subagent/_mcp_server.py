@@ -108,7 +108,11 @@ def to_call_result(result: ToolResult, notices: str | None = None) -> types.Call
     content = [types.TextContent(type="text", text=result.text)]
     if notices:
         content.append(types.TextContent(type="text", text=notices))
-    return types.CallToolResult(content=list(content), is_error=result.is_error)
+    if result.meta is None:
+        return types.CallToolResult(content=list(content), is_error=result.is_error)
+    # Host-only facts go in ``_meta``, which hosts do not show the model; the text is unchanged.
+    meta = {f"dsh/{key}": value for key, value in result.meta.items()}
+    return types.CallToolResult(content=list(content), is_error=result.is_error, _meta=meta)
 
 
 def _may_run_long(tool: Tool, arguments: Mapping[str, Any]) -> bool:

@@ -28,10 +28,14 @@ class RunReport:
     job_id: str | None
     elapsed_s: float
     exit_code: int
+    usage: dict[str, Any] | None = None
+    """The product's usage facts (host-only; ``UsageFacts.as_json``), when it reported any."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["elapsed_s"] = round(self.elapsed_s, 3)
+        if self.usage is None:
+            del data["usage"]  # only a run the product reported on has usage facts
         return data
 
     def write_json(self, out: TextIO) -> None:
@@ -43,8 +47,15 @@ def from_tool_result(result: ToolResult, elapsed_s: float, exit_code: int) -> Ru
     value = result.value or {}
     stop_reason = str(value.get("stop_reason") or ("error" if result.is_error else "completed"))
     diagnostic = value.get("diagnostic")
+    usage = (result.meta or {}).get("usage")
     return RunReport(
-        stop_reason, result.text, diagnostic if diagnostic else None, None, elapsed_s, exit_code
+        stop_reason,
+        result.text,
+        diagnostic if diagnostic else None,
+        None,
+        elapsed_s,
+        exit_code,
+        usage,
     )
 
 

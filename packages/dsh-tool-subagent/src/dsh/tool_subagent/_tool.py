@@ -210,22 +210,23 @@ class SubagentTool(ToolBase[Caller]):
             raise end.error
         result, dispose = end.result, end.dispose
         value = {"stop_reason": str(result.stop_reason), "diagnostic": result.diagnostic}
+        meta = {"usage": end.usage.as_json()} if end.usage is not None else None
         if end.limit is not None:
             value["limit"] = end.limit_field
             text = end.limit if dispose is None else f"{end.limit}; dispose failed: {dispose}"
             if result.text:
                 text += "\nPartial output before the run ended:\n" + result.text
-            return ToolResult(text=text, is_error=True, value=value)
+            return ToolResult(text=text, is_error=True, value=value, meta=meta)
         if result.stop_reason == StopReason.COMPLETED:
             if dispose is None:
-                return ToolResult(text=result.text, value=value)
+                return ToolResult(text=result.text, value=value, meta=meta)
             text = f"subagent run completed; dispose failed: {dispose}\n{result.text}"
-            return ToolResult(text=text, is_error=True, value=value)
+            return ToolResult(text=text, is_error=True, value=value, meta=meta)
         text = failure_text(result)
         if dispose is not None:
             first, sep, rest = text.partition("\n")
             text = f"{first}; dispose failed: {dispose}{sep}{rest}"
-        return ToolResult(text=text, is_error=True, value=value)
+        return ToolResult(text=text, is_error=True, value=value, meta=meta)
 
     def _background(self, request: SubagentStartRequest, label: str, caller: Caller) -> ToolResult:
         try:

@@ -1,0 +1,46 @@
+"""Real Claude Code: the run's usage facts are the loopback server's token counts and its cost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dsh.subagent import StopReason, UsageFacts
+from dsh.subagent_claude_code.testing import FakeMessagesServer
+
+pytestmark = pytest.mark.real_product
+
+# Numbers chosen apart so a swapped or dropped field shows; small, so the cost stays tiny.
+_USAGE = {
+    "input_tokens": 11,
+    "output_tokens": 7,
+    "cache_read_input_tokens": 13,
+    "cache_creation_input_tokens": 17,
+}
+
+
+async def test_one_request_reports_the_servers_counts(
+    server: FakeMessagesServer, make_provider: Any, make_request: Any, workspace: Path
+) -> None:
+    server.usage = dict(_USAGE)
+    server.queue_text("done")
+    provider = make_provider(model="claude-sonnet-5-5", env={"ANTHROPIC_API_KEY": "sk-ant-k1"})
+    run = await provider.start(make_request("count", workspace))
+    result = await run.result()
+    await run.aclose()
+    assert result.stop_reason == StopReason.COMPLETED
+    assert result.text == "done"
+    assert len(server.requests) == 1
+    # Measured with the pinned CLI: counts pass through ``model_usage``; the cost is the CLI's own
+    # (its price table for the model), the window its own for the model.
+    assert run.usage == UsageFacts(
+        input_tokens=11,
+        cached_input_tokens=13,
+        cache_creation_input_tokens=17,
+        output_tokens=7,
+        context_window=1000000,
+        cost_usd=0.0001358,
+        model_requests=1,
+    )

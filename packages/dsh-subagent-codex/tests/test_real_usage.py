@@ -1,0 +1,60 @@
+"""Real Codex: the run's usage facts are the loopback server's token counts, as Codex sums them."""
+
+from __future__ import annotations
+
+from typing import Any as Env
+
+import pytest
+
+from dsh.subagent import StopReason, UsageFacts
+
+pytestmark = pytest.mark.real_product
+
+# Numbers chosen apart so a swapped or dropped field shows.
+_USAGE = {
+    "input_tokens": 1000,
+    "input_tokens_details": {"cached_tokens": 200},
+    "output_tokens": 30,
+    "output_tokens_details": {"reasoning_tokens": 7},
+    "total_tokens": 1030,
+}
+
+
+async def test_one_request_reports_the_servers_counts(codex_env: Env) -> None:
+    codex_env.server.usage = dict(_USAGE)
+    codex_env.server.queue_text("done", phase="final_answer")
+    async with await codex_env.provider().start(codex_env.request("count")) as run:
+        result = await run.result()
+    assert result.stop_reason is StopReason.COMPLETED
+    assert result.text == "done"
+    assert len(codex_env.server.requests) == 1
+    # Measured: Codex passes the Responses usage through; the window is its own for the model.
+    assert run.usage == UsageFacts(
+        input_tokens=1000,
+        cached_input_tokens=200,
+        output_tokens=30,
+        reasoning_output_tokens=7,
+        total_tokens=1030,
+        context_window=258400,
+    )
+
+
+async def test_two_requests_are_summed_by_codex(codex_env: Env) -> None:
+    codex_env.server.usage = dict(_USAGE)
+    command = {"cmd": "true", "login": False, "yield_time_ms": 20000}
+    codex_env.server.queue_tool_call("exec_command", command)
+    codex_env.server.queue_text("done", phase="final_answer")
+    provider = codex_env.provider(permission_mode="dangerously-bypass-approvals-and-sandbox")
+    async with await provider.start(codex_env.request("count")) as run:
+        result = await run.result()
+    assert result.text == "done"
+    assert len(codex_env.server.requests) == 2
+    # ``tokenUsage.total`` is cumulative: twice the server's counts, not the last request's.
+    assert run.usage == UsageFacts(
+        input_tokens=2000,
+        cached_input_tokens=400,
+        output_tokens=60,
+        reasoning_output_tokens=14,
+        total_tokens=2060,
+        context_window=258400,
+    )

@@ -1,0 +1,54 @@
+"""Usage facts: what a product reported a run spent, for the host only (never model-visible)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["RunTimings", "UsageFacts"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageFacts:
+    """Token counts and cost as the product stated them; ``None`` where it stated nothing.
+
+    Each count is the product's own number, unchanged: Codex's ``inputTokens`` includes its
+    ``cachedInputTokens``, Claude Code's ``input_tokens`` excludes cache reads and cache writes.
+    ``cost_usd`` is only ever the product's own figure.
+    """
+
+    input_tokens: int | None = None
+    cached_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    output_tokens: int | None = None
+    reasoning_output_tokens: int | None = None
+    total_tokens: int | None = None
+    context_window: int | None = None
+    cost_usd: float | None = None
+    model_requests: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The facts as a JSON object, omitting unknown ones."""
+        return {key: value for key, value in asdict(self).items() if value is not None}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunTimings:
+    """dsh's own stamps of a run, in seconds since its start; ``None`` if never reached."""
+
+    first_activity_s: float | None = None
+    answer_s: float | None = None
+    tree_exit_s: float | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The timings as a JSON object, omitting stages never reached."""
+        return {key: value for key, value in asdict(self).items() if value is not None}
+
+
+def non_negative_int(payload: Mapping[str, Any], key: str) -> int | None:
+    """``payload[key]`` if it is a non-negative integer (not a bool), else ``None``."""
+    value = payload.get(key)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
