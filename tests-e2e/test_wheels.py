@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import tarfile
+import tomllib
 import zipfile
 from email.message import Message
 from email.parser import Parser
@@ -15,6 +16,7 @@ import pytest
 from hatchling.builders.sdist import SdistBuilder
 from hatchling.builders.wheel import WheelBuilder
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 
 WORKSPACE = Path(__file__).resolve().parent.parent
 DISTRIBUTIONS = sorted(p.name for p in (WORKSPACE / "packages").iterdir() if p.is_dir())
@@ -96,7 +98,15 @@ def test_every_distribution_has_classifiers_a_readme_and_bounded_siblings(
     assert str(metadata.get_payload()).strip(), "the readme is the long description"
     for requirement in map(Requirement, metadata.get_all("Requires-Dist") or []):
         if requirement.name in DISTRIBUTIONS:
-            assert str(requirement.specifier) in {">=0.1,<0.2", "<0.2,>=0.1"}, requirement
+            # A sibling is pinned to its current minor series: >=X.Y,<X.(Y+1).
+            major, minor = _version(requirement.name).split(".")[:2]
+            series = SpecifierSet(f">={major}.{minor},<{major}.{int(minor) + 1}")
+            assert requirement.specifier == series, requirement
+
+
+def _version(dist: str) -> str:
+    project = tomllib.loads((WORKSPACE / "packages" / dist / "pyproject.toml").read_text("utf-8"))
+    return str(project["project"]["version"])
 
 
 def test_dsh_subagent_has_no_extras_that_point_back_at_providers(tmp_path: Path) -> None:
