@@ -68,7 +68,7 @@ def render(pairs: tuple[Pair, ...] | list[Pair], title: str = "dsh vs the offici
         label = escape(f"{pair.product} {pair.mode}")
         out.append(f'<text class="label" x="{x}" y="{base + 16}">{label}</text>')
         ratio = pair.dsh_ms / pair.sdk_ms
-        out.append(f'<text x="{x}" y="{base + 30}">{ratio:.2f}× SDK</text>')
+        out.append(f'<text x="{x}" y="{base + 30}">{ratio:.2f}x SDK</text>')
     legend_y = height - 10
     out.append(
         f'<rect x="{LEFT}" y="{legend_y - 9}" width="10" height="10" fill="{COLOURS["dsh"]}"/>'
