@@ -41,3 +41,24 @@ def test_chart_holds_two_bars_and_a_label_per_pair() -> None:
 def test_chart_refuses_no_figures() -> None:
     with pytest.raises(ValueError, match="pairs"):
         chart.render([])
+
+
+def test_pairs_come_from_a_main_run_cold_and_a_prewarm_run_warm() -> None:
+    def e2e(median_s: float) -> dict[str, dict[str, float]]:
+        return {"total_s": {"median": median_s}}
+
+    main_run = {
+        "products": {
+            "codex": {"e2e": {"dsh": e2e(0.2211), "sdk": e2e(0.25), "cli": e2e(0.3)}},
+            "claude-code": {"e2e": {"dsh": e2e(0.7), "cli": e2e(0.8)}},  # --no-peers: no SDK
+        }
+    }
+    assert chart.pairs_of(main_run) == [chart.Pair("codex", "cold", 221.1, 250.0)]
+    prewarm_run = {
+        "products": {
+            "codex": {"dsh_warm_e2e_ms": 80.5, "sdk_e2e_ms": 208.4},
+            "claude-code": {"error": "RuntimeError()"},
+        }
+    }
+    assert chart.pairs_of(prewarm_run) == [chart.Pair("codex", "warm", 80.5, 208.4)]
+    assert chart.pairs_of({"products": {}}) == []

@@ -1,8 +1,9 @@
 """A dependency-free SVG bar chart of dsh against the official SDKs, per product, cold and warm.
 
 Plain string building, so the benchmark needs no plotting library. ``render`` takes the medians
-(milliseconds, end to end) and returns an SVG document; ``python chart.py --recorded PATH`` writes
-the chart of the figures recorded in docs/performance.md.
+(milliseconds, end to end) and returns an SVG document; ``pairs_of`` reads them from a run.py
+JSON report (``run.py --svg PATH`` does both); ``python chart.py --recorded PATH`` writes the chart
+of the figures recorded in docs/performance.md.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from xml.sax.saxutils import escape
 
 BAR_WIDTH = 28
@@ -38,6 +40,24 @@ RECORDED = (
     Pair("codex", "warm", 80.5, 208.4),
     Pair("claude-code", "warm", 262.2, 751.7),
 )
+
+
+def pairs_of(report: dict[str, Any]) -> list[Pair]:
+    """The end-to-end medians of a run.py report, in ms, one pair per product measured.
+
+    A main run gives cold pairs (its ``e2e`` medians of dsh and the SDK, in seconds); a
+    ``--prewarm`` run gives warm pairs. A product without both figures (``--no-peers``, an
+    error) is left out.
+    """
+    pairs: list[Pair] = []
+    for product, figures in report.get("products", {}).items():
+        e2e = figures.get("e2e", {})
+        if "dsh" in e2e and "sdk" in e2e:
+            dsh_s, sdk_s = (e2e[who]["total_s"]["median"] for who in ("dsh", "sdk"))
+            pairs.append(Pair(product, "cold", round(dsh_s * 1000, 1), round(sdk_s * 1000, 1)))
+        if "dsh_warm_e2e_ms" in figures and "sdk_e2e_ms" in figures:
+            pairs.append(Pair(product, "warm", figures["dsh_warm_e2e_ms"], figures["sdk_e2e_ms"]))
+    return pairs
 
 
 def render(pairs: tuple[Pair, ...] | list[Pair], title: str = "dsh vs the official SDKs") -> str:
