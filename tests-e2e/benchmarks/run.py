@@ -46,6 +46,7 @@ from bench_report import (
     print_report,
     summarize,
 )
+from chart import pairs_of, render
 from spawn_cost import spawn_cost_ms
 
 from dsh.subagent import Descriptor, Parent, ResolvedStartRequest, StopReason, TextBlock
@@ -714,6 +715,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write JSON")
     parser.add_argument("--no-table", action="store_true", help="write JSON only")
+    parser.add_argument(
+        "--svg",
+        type=Path,
+        help="also draw this run's end-to-end medians, dsh vs the SDK, as an SVG chart (chart.py):"
+        " cold bars from a main run, warm bars from a --prewarm run",
+    )
     parser.add_argument("--ray", action="store_true", help="then run ray_executor.py's benchmark")
     args = parser.parse_args(argv)
     if args.quick:
@@ -813,6 +820,19 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     }
 
 
+def _write_svg(path: Path | None, report: dict[str, Any]) -> None:
+    """Draw the report's medians to ``path``; say so, or why nothing was drawn."""
+    if path is None:
+        return
+    pairs = pairs_of(report)
+    if not pairs:
+        print(f"no chart: no product has both dsh and SDK figures ({path})", file=sys.stderr)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(pairs), encoding="utf-8")
+    print(f"chart written to {path}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     root = Path(tempfile.mkdtemp(prefix="dsh-bench-"))
@@ -823,6 +843,7 @@ def main(argv: list[str] | None = None) -> int:
             report = run_prewarm(args, root)
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+            _write_svg(args.svg, report)
             return 1 if any("error" in p for p in report["products"].values()) else 0
         report = asyncio.run(_bench(args, root))
     finally:
@@ -832,6 +853,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_table:
         print_report(report)
     print(f"JSON written to {args.json}", file=sys.stderr)
+    _write_svg(args.svg, report)
     meta = report["meta"]
     failed = (
         meta["leftover_marked_processes"]
