@@ -23,7 +23,7 @@ from dsh.subagent import (
     installed_provider_kinds,
 )
 from dsh.tool_subagent._contract import Tool
-from dsh.tool_subagent._known_providers import load_provider
+from dsh.tool_subagent._known_providers import KNOWN_PROVIDERS, load_provider
 from dsh.tool_subagent._portable_job import WORKER_SETUP
 from dsh.tool_subagent._tool import SubagentTool, SubagentToolConfig
 from dsh.tool_subagent.errors import MountError, ProfileError
@@ -82,7 +82,7 @@ def default_profile() -> dict[str, Any]:
 
 
 #: The product each shipped provider kind runs, as tool descriptions name it.
-PRODUCTS = {"codex": "Codex", "claude-code": "Claude Code"}
+PRODUCTS = {known.kind: known.product for known in KNOWN_PROVIDERS}
 
 
 def default_tool_name(provider_name: str) -> str:
