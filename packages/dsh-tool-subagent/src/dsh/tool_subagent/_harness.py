@@ -14,7 +14,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from dsh.jobs import JobRegistry, JobsConfig, executor_for
-from dsh.jobs.tools import JOB_TOOL_NAMES, JobKillTool, JobListTool, JobOutputTool, job_tools
+from dsh.jobs.tools import JOB_TOOL_NAMES, ToolBase, job_tools
 from dsh.subagent import (
     SubagentError,
     SubagentEvent,
@@ -231,9 +231,7 @@ class Harness:
                     "required": list(schema["required"]),
                 }
             )
-        job_tool_names = [
-            t.name for t in self.tools if isinstance(t, JobOutputTool | JobListTool | JobKillTool)
-        ]
+        job_tool_names = [t.name for t in self.tools if isinstance(t, ToolBase) and t.is_job_tool]
         return {
             "providers": providers,
             "tools": tools,
