@@ -1,7 +1,12 @@
-"""Both product providers' ``testing`` modules offer the same test hooks (issue 15)."""
+"""Every product provider's ``testing`` module offers the same test hooks (issue 15).
+
+Parametrised over the tool layer's product table, so a third product is checked by adding its
+row there.
+"""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import sys
 from pathlib import Path
@@ -9,11 +14,8 @@ from types import ModuleType
 
 import pytest
 
-import dsh.subagent_claude_code.testing as claude_testing
-import dsh.subagent_codex.testing as codex_testing
 from dsh.subagent import TextBlock
-from dsh.subagent_claude_code import ClaudeCodeProvider, ClaudeCodeProviderConfig
-from dsh.subagent_codex import CodexProvider, CodexProviderConfig
+from dsh.tool_subagent._known_providers import KNOWN_PROVIDERS, KnownProvider, load_provider
 
 SHARED = {
     "Behaviour",
@@ -23,30 +25,37 @@ SHARED = {
     "provider_with_program",
 }
 
-
-@pytest.mark.parametrize("module", [codex_testing, claude_testing])
-def test_the_shared_hooks_are_exported(module: ModuleType) -> None:
-    assert set(module.__all__) >= SHARED
+_PRODUCTS = pytest.mark.parametrize("known", KNOWN_PROVIDERS, ids=lambda known: known.kind)
 
 
-@pytest.mark.parametrize(
-    ("module", "provider"), [(codex_testing, "codex"), (claude_testing, "claude-code")]
-)
-def test_make_start_request_is_the_same_in_both(
-    module: ModuleType, provider: str, tmp_path: Path
-) -> None:
+def _testing(known: KnownProvider) -> ModuleType:
+    return importlib.import_module(f"{known.package}.testing")
+
+
+def test_the_table_holds_the_shipped_products() -> None:
+    assert {known.kind for known in KNOWN_PROVIDERS} >= {"codex", "claude-code"}
+
+
+@_PRODUCTS
+def test_the_shared_hooks_are_exported(known: KnownProvider) -> None:
+    assert set(_testing(known).__all__) >= SHARED
+
+
+@_PRODUCTS
+def test_make_start_request_is_the_same_in_all(known: KnownProvider, tmp_path: Path) -> None:
+    module = _testing(known)
     request = module.make_start_request(tmp_path, "a ", "b")
     assert request.prompt == (TextBlock("a "), TextBlock("b"))
     assert request.parent.cwd == str(tmp_path)
-    assert request.descriptor.provider == provider
+    assert request.descriptor.provider == known.kind
     assert module.make_start_request(None, "x").parent.cwd is None
 
 
-def test_provider_with_program_takes_config_then_program() -> None:
-    program = [sys.executable, "stand_in.py"]
-    codex = codex_testing.provider_with_program(CodexProviderConfig(), program)
-    claude = claude_testing.provider_with_program(ClaudeCodeProviderConfig(), program)
-    assert isinstance(codex, CodexProvider)
-    assert isinstance(claude, ClaudeCodeProvider)
-    for hook in (codex_testing.provider_with_program, claude_testing.provider_with_program):
-        assert list(inspect.signature(hook).parameters)[:2] == ["config", "program"]
+@_PRODUCTS
+def test_provider_with_program_takes_config_then_program(known: KnownProvider) -> None:
+    hook = _testing(known).provider_with_program
+    loaded = load_provider(known.kind)
+    provider = hook(loaded.config, [sys.executable, "stand_in.py"])  # type: ignore[attr-defined]
+    assert type(provider) is type(loaded)
+    assert type(provider).__module__.startswith(f"{known.package}.")
+    assert list(inspect.signature(hook).parameters)[:2] == ["config", "program"]

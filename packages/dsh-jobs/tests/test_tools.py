@@ -197,3 +197,20 @@ async def test_every_job_tool_and_a_new_tool_share_one_base() -> None:
     echo.input_schema["required"].append("mutated")
     assert echo.input_schema["required"] == ["word"]
     assert repr(echo) == "<EchoTool echo>"
+
+
+def test_job_tools_carry_their_own_behaviour_hints() -> None:
+    # The MCP layer turns these into annotations; only MCP's four hint names are meaningful.
+    known = {"read_only", "destructive", "idempotent", "open_world"}
+    hints = {tool.name: tool.behaviour_hints for tool in job_tools(JobRegistry())}
+    assert all(tool.is_job_tool for tool in job_tools(JobRegistry()))
+    assert hints["job_output"] == hints["job_list"] == {"read_only": True, "open_world": False}
+    assert hints["job_kill"] == {
+        "read_only": False,
+        "destructive": True,
+        "idempotent": True,
+        "open_world": False,
+    }
+    assert all(value is not None and set(value) <= known for value in hints.values())
+    assert ToolBase.behaviour_hints is None
+    assert ToolBase.is_job_tool is False

@@ -37,3 +37,11 @@ async def test_the_plan_scripts_a_loopback_model_in_a_hermetic_home(tmp_path: Pa
     async with plan.serve(tmp_path / "served") as config:
         assert config["env"]["ANTHROPIC_BASE_URL"].startswith("http://127.0.0.1:")
     assert list(plan.leftover_processes(os.getpid())) == []
+
+
+def test_the_failure_line_is_the_one_the_demo_prints() -> None:
+    # Built with failure_line(...); the printed text must stay byte-identical.
+    assert FAILURE == (
+        "Product subagent failure (product: Claude Code; stage: query-run;"
+        " category: authentication; HTTP status: 401; exit code: 1)"
+    )

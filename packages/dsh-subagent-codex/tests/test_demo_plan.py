@@ -36,3 +36,11 @@ async def test_the_plan_scripts_a_loopback_model_in_a_hermetic_home(tmp_path: Pa
     async with plan.serve(tmp_path / "served") as config:
         assert config["env"]["CODEX_HOME"] == str(tmp_path / "served" / "codex-home")
     assert list(plan.leftover_processes(os.getpid())) == []
+
+
+def test_the_failure_line_is_the_one_the_demo_prints() -> None:
+    # Built with failure_line(...); the printed text must stay byte-identical.
+    assert FAILURE == (
+        "Product subagent failure (product: Codex; stage: turn; category: httpConnectionFailed;"
+        " HTTP status: 503)"
+    )

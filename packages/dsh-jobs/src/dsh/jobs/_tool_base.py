@@ -13,7 +13,7 @@ import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 __all__ = [
     "SchemaTool",
@@ -62,6 +62,12 @@ class ToolBase(Generic[CallerT]):
 
     name: str
     description: str
+    # How the tool behaves, as MCP's hint names without the ``_hint`` suffix (``read_only``,
+    # ``destructive``, ``idempotent``, ``open_world``) mapped to a bool; the MCP layer turns
+    # them into annotations. Plain data, so this layer never imports ``mcp``. None: unknown.
+    behaviour_hints: ClassVar[Mapping[str, bool] | None] = None
+    # True for the job control tools: the harness lists them apart from delegations.
+    is_job_tool: ClassVar[bool] = False
 
     def __init__(self, schema: Mapping[str, Any]) -> None:
         self._schema: dict[str, Any] = copy.deepcopy(dict(schema))

@@ -39,6 +39,9 @@ class _JobTool(ToolBase[JobOwner | None]):
     """A job tool bound to one registry; a registry error becomes an ``is_error`` result."""
 
     _SCHEMA: ClassVar[dict[str, Any]]
+    is_job_tool: ClassVar[bool] = True
+    # job_list and job_output only read (so hosts may run them without asking).
+    behaviour_hints: ClassVar[Mapping[str, bool] | None] = {"read_only": True, "open_world": False}
 
     def __init__(self, registry: JobRegistry) -> None:
         super().__init__(self._SCHEMA)
@@ -117,6 +120,13 @@ class JobListTool(_JobTool):
 
 class JobKillTool(_JobTool):
     name = "job_kill"
+    # Stopping a job again changes nothing.
+    behaviour_hints: ClassVar[Mapping[str, bool] | None] = {
+        "read_only": False,
+        "destructive": True,
+        "idempotent": True,
+        "open_world": False,
+    }
     description = (
         "Stop a background job. Returns at once; the job settles as killed once its work has "
         "stopped (check with job_output). A job that already finished is left as it was."

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dsh.subagent import DEMO_ERROR_BODY, DemoFailure, DemoModel, DemoPlan
+from dsh.subagent.kit import FailureFacts, failure_line
 from dsh.subagent_claude_code.testing import Behaviour, FakeMessagesServer, hermetic_env
 from dsh.subprocess import marked_processes
 
@@ -20,9 +21,8 @@ __all__ = ["FAILURE", "PRODUCT", "SERVE_ANSWER", "demo_plan"]
 
 PRODUCT = "Claude Code"
 SERVE_ANSWER = "Hello from Claude Code, through the dsh loopback model."
-FAILURE = (
-    "Product subagent failure (product: Claude Code; stage: query-run; category: authentication;"
-    " HTTP status: 401; exit code: 1)"
+FAILURE = failure_line(
+    FailureFacts(PRODUCT, "query-run", "authentication", http_status=401, exit_code=1)
 )
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from dsh.subagent import DEMO_ERROR_BODY, DemoFailure, DemoModel, DemoPlan
+from dsh.subagent.kit import FailureFacts, failure_line
 from dsh.subagent_codex.testing import (
     FakeResponsesServer,
     HttpStatus,
@@ -28,10 +29,7 @@ __all__ = ["DEMO_MODEL", "FAILURE", "PRODUCT", "SERVE_ANSWER", "demo_plan"]
 PRODUCT = "Codex"
 DEMO_MODEL = "dsh-demo-model"
 SERVE_ANSWER = "Hello from Codex, through the dsh loopback model."
-FAILURE = (
-    "Product subagent failure (product: Codex; stage: turn; category: httpConnectionFailed;"
-    " HTTP status: 503)"
-)
+FAILURE = failure_line(FailureFacts(PRODUCT, "turn", "httpConnectionFailed", http_status=503))
 #: A long command keeps a Codex process busy mid-turn until the demo cancels the run.
 _BUSY_COMMAND = {"cmd": "sleep 30", "login": False, "yield_time_ms": 20000}
 

@@ -24,6 +24,7 @@ from dsh.tool_subagent._cli_options import (
 )
 from dsh.tool_subagent._doctor import doctor
 from dsh.tool_subagent._harness import Harness, default_tool_name
+from dsh.tool_subagent._known_providers import INSTALL_REQUIREMENTS
 from dsh.tool_subagent._signals import exit_code_on_signal
 from dsh.tool_subagent._tool import Caller, SubagentTool
 from dsh.tool_subagent.errors import ProfileError
@@ -32,8 +33,6 @@ __all__ = ["build_parser", "main", "run_command"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 124, 130
 _BACKGROUND_POLL_S = 3600.0
-#: Provider kinds with an install extra of the same name on dsh-tool-subagent.
-_EXTRA_KINDS = ("codex", "claude-code")
 _PROFILE_HELP = "profile TOML file (default: every installed provider)"
 
 
@@ -72,11 +71,11 @@ def _unknown_tool(tool_name: str, tools: Sequence[SubagentTool]) -> str:
     names = ", ".join(t.name for t in tools) or "none"
     text = f'dsh run: no delegation tool named "{tool_name}" (tools: {names})'
     installed = installed_provider_kinds()
-    for kind in _EXTRA_KINDS:
+    for kind, requirement in INSTALL_REQUIREMENTS.items():
         if tool_name == default_tool_name(kind) and kind not in installed:
             text += (
                 f'; the "{kind}" provider is not installed, install it with'
-                f' pip install "dsh-tool-subagent[{kind}]"'
+                f' pip install "{requirement}"'
             )
     return text
 

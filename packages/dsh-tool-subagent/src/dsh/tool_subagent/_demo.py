@@ -45,6 +45,7 @@ from dsh.tool_subagent._demo_plans import (
 from dsh.tool_subagent._demo_scenarios import Scenario, Stage, scenario_phases
 from dsh.tool_subagent._demo_walk import new_run_tag, tagged, tagged_marked_processes
 from dsh.tool_subagent._harness import Harness, default_tool_name
+from dsh.tool_subagent._known_providers import KNOWN_PROVIDERS
 from dsh.tool_subagent._signals import exit_code_on_signal
 from dsh.tool_subagent._tool import Caller
 
@@ -75,7 +76,7 @@ def title(products: Sequence[str]) -> str:
     return f"dsh demo: {_listed(products)} against loopback model servers"
 
 
-TITLE = title(("Codex", "Claude Code"))
+TITLE = title(tuple(known.product for known in KNOWN_PROVIDERS))
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from dsh.jobs import JobRegistry, JobsConfig, executor_for
-from dsh.jobs.tools import JOB_TOOL_NAMES, JobKillTool, JobListTool, JobOutputTool, job_tools
+from dsh.jobs.tools import JOB_TOOL_NAMES, ToolBase, job_tools
 from dsh.subagent import (
     SubagentError,
     SubagentEvent,
@@ -23,7 +23,7 @@ from dsh.subagent import (
     installed_provider_kinds,
 )
 from dsh.tool_subagent._contract import Tool
-from dsh.tool_subagent._known_providers import load_provider
+from dsh.tool_subagent._known_providers import KNOWN_PROVIDERS, load_provider
 from dsh.tool_subagent._portable_job import WORKER_SETUP
 from dsh.tool_subagent._tool import SubagentTool, SubagentToolConfig
 from dsh.tool_subagent.errors import MountError, ProfileError
@@ -82,7 +82,7 @@ def default_profile() -> dict[str, Any]:
 
 
 #: The product each shipped provider kind runs, as tool descriptions name it.
-PRODUCTS = {"codex": "Codex", "claude-code": "Claude Code"}
+PRODUCTS = {known.kind: known.product for known in KNOWN_PROVIDERS}
 
 
 def default_tool_name(provider_name: str) -> str:
@@ -231,9 +231,7 @@ class Harness:
                     "required": list(schema["required"]),
                 }
             )
-        job_tool_names = [
-            t.name for t in self.tools if isinstance(t, JobOutputTool | JobListTool | JobKillTool)
-        ]
+        job_tool_names = [t.name for t in self.tools if isinstance(t, ToolBase) and t.is_job_tool]
         return {
             "providers": providers,
             "tools": tools,

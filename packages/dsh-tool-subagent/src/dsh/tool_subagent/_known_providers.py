@@ -17,17 +17,19 @@ __all__ = ["INSTALL_REQUIREMENTS", "KNOWN_PROVIDERS", "KnownProvider", "load_pro
 
 
 class KnownProvider(NamedTuple):
-    """A provider kind, the product it runs, and the extra of dsh-tool-subagent installing it."""
+    """A provider kind, the product it runs, the extra of dsh-tool-subagent installing it, and
+    the provider's package (whose ``testing`` module the cross-product tests use)."""
 
     kind: str
     product: str
     extra: str
+    package: str
 
 
 #: In the demo's order (its table lists Codex first).
 KNOWN_PROVIDERS = (
-    KnownProvider("codex", "Codex", "codex"),
-    KnownProvider("claude-code", "Claude Code", "claude-code"),
+    KnownProvider("codex", "Codex", "codex", "dsh.subagent_codex"),
+    KnownProvider("claude-code", "Claude Code", "claude-code", "dsh.subagent_claude_code"),
 )
 INSTALL_REQUIREMENTS = {p.kind: f"dsh-tool-subagent[{p.extra}]" for p in KNOWN_PROVIDERS}
 

@@ -28,7 +28,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
-from dsh.jobs.tools import JobKillTool, JobListTool, JobOutputTool, ToolResult
+from dsh.jobs.tools import JobOutputTool, ToolBase, ToolResult
 from dsh.tool_subagent._contract import Tool
 from dsh.tool_subagent._harness import Harness
 from dsh.tool_subagent._mcp_calls import PROGRESS_INTERVAL_S, Calls
@@ -36,7 +36,7 @@ from dsh.tool_subagent._mcp_drain import draining
 from dsh.tool_subagent._mcp_notices import NOTICE_LEVEL, NOTICE_LOGGER, Notices
 from dsh.tool_subagent._mcp_stdin import stdin_lines
 from dsh.tool_subagent._mcp_streams import ReadStream, WriteStream
-from dsh.tool_subagent._tool import Caller, SubagentTool
+from dsh.tool_subagent._tool import Caller
 
 __all__ = [
     "NOTICE_LEVEL",
@@ -61,21 +61,6 @@ NO_DELEGATION_WARNING = (
     " job_kill); add a [[provider]] or install a provider extra"
 )
 
-# Job tools: job_list and job_output only read (so hosts may run them without asking);
-# job_kill stops a job, and stopping it again changes nothing.
-_JOB_ANNOTATIONS: dict[type[Any], types.ToolAnnotations] = {
-    JobListTool: types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
-    JobOutputTool: types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
-    JobKillTool: types.ToolAnnotations(
-        read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
-    ),
-}
-# A delegation hands a task to a coding agent that may edit files and run commands in the
-# working directory, and that talks to a model service.
-_DELEGATION_ANNOTATIONS = types.ToolAnnotations(
-    read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True
-)
-
 
 def new_caller(cwd: str | None) -> Caller:
     """The owner of one connection: a fresh session id and the subagents' working directory."""
@@ -83,13 +68,12 @@ def new_caller(cwd: str | None) -> Caller:
 
 
 def annotations_for(tool: Tool) -> types.ToolAnnotations | None:
-    """The MCP behaviour hints of a harness tool (None for a tool of unknown behaviour)."""
-    if isinstance(tool, SubagentTool):
-        return _DELEGATION_ANNOTATIONS.model_copy()
-    for kind, hints in _JOB_ANNOTATIONS.items():
-        if isinstance(tool, kind):
-            return hints.model_copy()
-    return None
+    """The MCP behaviour hints of a harness tool, from its ``behaviour_hints`` (None for a tool
+    of unknown behaviour)."""
+    hints = tool.behaviour_hints if isinstance(tool, ToolBase) else None
+    if hints is None:
+        return None
+    return types.ToolAnnotations(**{f"{name}_hint": value for name, value in hints.items()})
 
 
 def mcp_tool(tool: Tool) -> types.Tool:
@@ -119,7 +103,7 @@ def _may_run_long(tool: Tool, arguments: Mapping[str, Any]) -> bool:
     """Whether a call waits on a product: a delegation, or a job_output that waits."""
     if isinstance(tool, JobOutputTool):
         return arguments.get("wait") is True
-    return not isinstance(tool, JobListTool | JobKillTool)
+    return not (isinstance(tool, ToolBase) and tool.is_job_tool)
 
 
 def instructions_for(harness: Harness) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -85,6 +85,15 @@ def failure_text(result: SubagentResult) -> str:
 
 class SubagentTool(ToolBase[Caller]):
     """Delegates one self-contained task to a registered provider, in the foreground or as a Job."""
+
+    # A delegation hands a task to a coding agent that may edit files and run commands in the
+    # working directory, and that talks to a model service.
+    behaviour_hints: ClassVar[Mapping[str, bool] | None] = {
+        "read_only": False,
+        "destructive": True,
+        "idempotent": False,
+        "open_world": True,
+    }
 
     def __init__(
         self,
