@@ -11,6 +11,7 @@ import time
 from collections.abc import Mapping
 
 from dsh.subprocess._cgroup import sweep_dead_owners
+from dsh.subprocess._marker import parse_marker
 from dsh.subprocess._procfs import (
     _IS_LINUX,
     ProcInfo,
@@ -34,18 +35,6 @@ _reaped = False
 _reap_started = False
 
 _OWNER_TIME_TOLERANCE_S = 1.0
-
-
-def parse_marker(value: str) -> tuple[int, float] | None:
-    """(owner pid, owner create time) from ``<pid>:<create time>:<uuid>``, or None if malformed."""
-    parts = value.split(":")
-    if len(parts) != 3 or not parts[2]:
-        return None
-    try:
-        pid, created = int(parts[0]), float(parts[1])
-    except ValueError:
-        return None
-    return (pid, created) if pid > 0 else None
 
 
 def marked_processes(

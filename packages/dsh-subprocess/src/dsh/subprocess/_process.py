@@ -19,6 +19,7 @@ import psutil
 from dsh.subprocess import _procfs
 from dsh.subprocess._cgroup import kernel_layer, limits_problem
 from dsh.subprocess._env import build_child_env
+from dsh.subprocess._marker import format_marker
 from dsh.subprocess._priority import lower_priority
 from dsh.subprocess._procfs import TREE_MARKER_ENV, Snapshot, read_info, scan
 from dsh.subprocess._spawner import (
@@ -71,7 +72,7 @@ def _owner_identity() -> str:
 
 def new_marker() -> str:
     """A fresh tree marker: ``<owner pid>:<owner start time>:<uuid>``."""
-    return f"{_owner_identity()}:{uuid.uuid4().hex}"
+    return format_marker(_owner_identity(), uuid.uuid4().hex)
 
 
 class _Tail:
