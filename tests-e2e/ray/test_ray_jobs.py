@@ -242,6 +242,8 @@ def test_a_ray_client_server_start_that_fails_is_asked_again_a_bounded_number_of
     the client's ``ray.init`` raises ``ConnectionAbortedError`` (seen in this suite's
     ``ray://`` test on a loaded machine). A scripted ``ray.init`` stands in for that proxy: the
     executor tries 4 times in all, then reports the cluster unavailable."""
+    import ray
+
     from dsh.jobs import _ray_executor
 
     calls: list[str] = []
@@ -251,7 +253,7 @@ def test_a_ray_client_server_start_that_fails_is_asked_again_a_bounded_number_of
         if len(calls) <= failures:
             raise ConnectionAbortedError("Initialization failure from server")
 
-    monkeypatch.setattr(_ray_executor.ray, "init", init)
+    monkeypatch.setattr(ray, "init", init)
     monkeypatch.setattr(_ray_executor, "CLIENT_INIT_PAUSE_S", 0.0)
     executor = RayExecutor(address="ray://127.0.0.1:1", max_runs_per_node=1)
     if connected:
