@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,15 +14,9 @@ from dsh.subagent import Descriptor, Parent, ResolvedStartRequest, TextBlock
 from dsh.subagent_claude_code import ClaudeCodeProvider, ClaudeCodeProviderConfig
 from dsh.subagent_claude_code.testing import FakeMessagesServer, hermetic_env
 from dsh.subprocess import marked_processes
-from dsh.subprocess.testing import describe_processes
+from dsh.subprocess.pytest_plugin import dsh_leak_guard, dsh_session  # noqa: F401
 
 MakeProvider = Callable[..., ClaudeCodeProvider]
-
-
-def tmp_leftovers() -> set[str]:
-    tmp = Path("/tmp")
-    patterns = ("claude-*", f"dsh-claude-{os.getpid()}-*")
-    return {str(p) for pattern in patterns for p in tmp.glob(pattern)}
 
 
 @pytest.fixture
@@ -80,18 +74,6 @@ def own_marked() -> list[int]:
 @pytest.fixture
 def own_marked_processes() -> Callable[[], list[int]]:
     return own_marked
-
-
-@pytest.fixture(autouse=True)
-def no_leaks() -> Iterator[None]:
-    """Every test leaves zero marked processes and no new /tmp/claude-* or private tmp dirs."""
-    before = tmp_leftovers()
-    yield
-    leaked = own_marked()
-    assert leaked == [], (
-        f"a process carrying a dsh tree marker outlived its test: {describe_processes(leaked)}"
-    )
-    assert tmp_leftovers() - before == set(), "a test left /tmp/claude-* or dsh-claude-* behind"
 
 
 async def _wait_until(predicate: Callable[[], bool], limit: float = 20.0) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +12,7 @@ import pytest
 from dsh.subagent import Descriptor, Parent, ResolvedStartRequest, TextBlock
 from dsh.subagent_codex import CodexProvider, CodexProviderConfig
 from dsh.subagent_codex.testing import FakeResponsesServer, hermetic_env, write_codex_home
-from dsh.subprocess import marked_processes
-from dsh.subprocess.testing import describe_processes
+from dsh.subprocess.pytest_plugin import dsh_leak_guard, dsh_session  # noqa: F401
 
 MODEL = "mock-model"
 
@@ -60,14 +58,6 @@ def codex_env(fake: FakeResponsesServer, tmp_path: Path) -> Env:
     workspace = tmp_path / "ws"
     workspace.mkdir()
     return Env(fake, home, workspace)
-
-
-@pytest.fixture(autouse=True)
-def _no_leaked_trees() -> object:
-    yield None
-    # Only this process's trees: other suites may run on the same machine at the same time.
-    leaked = marked_processes(owner_pid=os.getpid())
-    assert leaked == [], f"a dsh-marked process outlived its test: {describe_processes(leaked)}"
 
 
 @pytest.fixture

@@ -1,21 +1,11 @@
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
-from dsh.subprocess import SubprocessRuntime, marked_processes
-
-
-def _ours() -> list[int]:
-    return marked_processes(owner_pid=os.getpid())
-
-
-@pytest.fixture(autouse=True)
-def _no_leaked_trees() -> Iterator[None]:
-    yield
-    assert _ours() == []
+from dsh.subprocess import SubprocessRuntime
+from dsh.subprocess.pytest_plugin import dsh_leak_guard, dsh_session  # noqa: F401
 
 
 @pytest.fixture

@@ -8,15 +8,29 @@ traced from the failure message alone. Test-only: the lines may hold paths and a
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
+import threading
+import time
+from collections.abc import Collection
 from pathlib import Path
 
 import psutil
 
-from dsh.subprocess._procfs import TREE_MARKER_ENV, live_thread
+from dsh.subprocess._marker import parse_marker
+from dsh.subprocess._orphans import marked_processes
+from dsh.subprocess._procfs import TREE_MARKER_ENV, live_thread, scan
 from dsh.subprocess._spawner import SPAWNER_SCRIPT_NAME
 
-__all__ = ["describe_processes", "spawner_processes"]
+__all__ = [
+    "SessionProcesses",
+    "check_no_leaks",
+    "describe_processes",
+    "spawner_processes",
+]
+
+_START_TOLERANCE_S = 1.0
 
 
 def describe_processes(pids: list[int]) -> list[str]:
@@ -75,3 +89,111 @@ def spawner_processes(owner_pid: int | None = None) -> list[int]:
         if len(argv) >= 3 and argv[-3].endswith(SPAWNER_SCRIPT_NAME) and ours:
             found.append(proc.pid)
     return sorted(found)
+
+
+class SessionProcesses:
+    """Which processes belong to one test session: its own process and every process it spawned.
+
+    A background thread samples the session's descendants, so a ``dsh`` command a test ran and
+    that has exited since is still known as the session's by (pid, start time). Leftovers of a
+    host that is not the session's (a SIGKILLed run from before, another suite, a user's own
+    ``dsh`` run) are never counted. Limit: a child that lived less than one sampling period and
+    was not the owner of anything still alive at the check is not seen (it made nothing to find).
+    """
+
+    def __init__(self, period_s: float = 0.05) -> None:
+        me = psutil.Process()
+        self.pid = me.pid
+        self.started = time.time()
+        self._known: dict[int, float] = {me.pid: me.create_time()}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(period_s,), daemon=True)
+        self._thread.start()
+
+    def _run(self, period_s: float) -> None:
+        while not self._stop.wait(period_s):
+            self.sample()
+
+    def sample(self) -> None:
+        """Record the session's live descendants now."""
+        try:
+            children = psutil.Process(self.pid).children(recursive=True)
+        except psutil.Error:
+            return
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                created = child.create_time()
+                with self._lock:
+                    self._known.setdefault(child.pid, created)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def owns(self, pid: int, created: float | None = None) -> bool:
+        """True if ``pid`` (started at ``created``, when given) is or was one of the session's."""
+        with self._lock:
+            seen = self._known.get(pid)
+        if seen is None:
+            return False
+        return created is None or abs(seen - created) <= _START_TOLERANCE_S
+
+    def marked(self) -> list[int]:
+        """Live marked processes whose marker's owner is the session's, or that descend from it."""
+        self.sample()
+        live = marked_processes()
+        markers = scan(0.0, full=True).markers
+        found = []
+        for pid in live:
+            owner = parse_marker(markers.get(pid, ""))
+            if (owner is not None and self.owns(*owner)) or self.owns(pid):
+                found.append(pid)
+        return found
+
+    def temp_dirs(self, since: set[str] | None = None) -> set[str]:
+        """``dsh-<product>-<pid>-*`` dirs of the session's pids, and unowned ``claude-*`` dirs.
+
+        The product's own ``claude-*`` scratch dirs name no owner: they count only if absent
+        from ``since`` (a snapshot taken when the check's scope began), so a concurrent Claude
+        Code run that leaves one during that scope is blamed on the session (documented limit).
+        """
+        self.sample()
+        found = set()
+        for path in Path(tempfile.gettempdir()).glob("dsh-*-*-*"):
+            parts = path.name.split("-")
+            if parts[2].isdigit() and self.owns(int(parts[2])):
+                found.add(path.name)
+        if since is not None:
+            found |= {p.name for p in Path(tempfile.gettempdir()).glob("claude-*")} - since
+        return found
+
+    def unowned_snapshot(self) -> set[str]:
+        """The ``claude-*`` dirs present now (the baseline for :meth:`temp_dirs`)."""
+        return {p.name for p in Path(tempfile.gettempdir()).glob("claude-*")}
+
+
+def check_no_leaks(
+    session: SessionProcesses,
+    *,
+    before_dirs: set[str],
+    before_unowned: set[str],
+    already: Collection[int] = (),
+    settle_s: float = 0.0,
+    what: str = "test",
+) -> None:
+    """Raise AssertionError if the session left a marked process or a temp dir behind.
+
+    ``settle_s`` only absorbs reaping latency: a tree that is still alive after it counts.
+    """
+    deadline = time.monotonic() + settle_s
+    while True:
+        leaked = sorted(set(session.marked()) - set(already))
+        if not leaked or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not leaked, (
+        f"processes carrying a dsh tree marker outlived the {what}: {describe_processes(leaked)}"
+    )
+    new_dirs = sorted(session.temp_dirs(before_unowned) - before_dirs)
+    assert not new_dirs, f"temporary dirs outlived the {what}: {new_dirs}"
