@@ -54,6 +54,22 @@ async def test_nice_applies_to_the_child_its_descendants_and_its_autogroup(
         await proc.aclose()
 
 
+async def test_a_descendant_started_at_once_has_the_nice_value_too(
+    runtime: SubprocessRuntime,
+) -> None:
+    """A shell forks its first child within a millisecond of ``exec``: the value must already
+    be set then, not after the spawn was reported (when it missed such a child)."""
+    wanted = max(_nice_of(0), 7)
+    spec = SpawnSpec(["/bin/sh", "-c", "sleep 30 & echo $!; wait"], stdout="pipe", nice=7)
+    proc = await runtime.spawn(spec)
+    try:
+        assert proc.stdout is not None
+        first_child = int(await proc.stdout.readline())
+        assert _nice_of(first_child) == wanted
+    finally:
+        await proc.aclose()
+
+
 async def test_without_nice_the_child_keeps_the_callers_priority(
     runtime: SubprocessRuntime,
 ) -> None:

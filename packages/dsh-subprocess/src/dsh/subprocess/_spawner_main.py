@@ -6,7 +6,8 @@ single-threaded, and never imported by the host.
 Why a separate process: setting ``PR_SET_CHILD_SUBREAPER`` between fork and exec needs a full
 fork of the host (``preexec_fn`` disables vfork), which costs 20 ms at 1 GB of host memory and
 95 ms at 4 GB. This process is small, so its forks are cheap, and they happen ahead of time: the
-host keeps a standby supervisor or two, so a spawn costs one request and one vfork-and-exec.
+host keeps a standby supervisor or two, so a spawn costs one request and one vfork-and-exec
+(a fork of this small process when the spawn asks for a nice value, set before ``exec``).
 
 - The **spawner** receives one control socket per request and forks a supervisor holding it. It
   is itself a subreaper, so the tree of a supervisor that dies is reparented to it, and it kills
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import gc
 import marshal
 import os
@@ -135,17 +137,18 @@ def _ignore(*_: object) -> None:
     """A no-op handler: unlike SIG_IGN, it is reset to the default by exec."""
 
 
-def _set_priority(pid: int, nice: object) -> None:
+def _lower_own_priority(nice: object) -> None:
+    """Between fork and exec, in the program's process (after its ``setsid``): take ``nice``, so
+    every thread and child the program starts, however early, inherits it; then the new
+    session's autogroup. Never above the current priority; a failure never fails the spawn."""
     if not isinstance(nice, int):
         return
-    try:
-        if nice > os.getpriority(os.PRIO_PROCESS, pid):
-            os.setpriority(os.PRIO_PROCESS, pid, nice)
-        if nice > 0:
-            with open(f"/proc/{pid}/autogroup", "w") as handle:
-                handle.write(str(nice))
-    except OSError:
-        pass  # priority is a preference, never a reason to fail a spawn
+    with contextlib.suppress(OSError):
+        if nice > os.getpriority(os.PRIO_PROCESS, 0):
+            os.setpriority(os.PRIO_PROCESS, 0, nice)
+    if nice > 0:
+        with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as handle:
+            handle.write(str(nice))
 
 
 def _start_program(request: dict[str, object], stdio: list[int | None]) -> subprocess.Popen[bytes]:
@@ -158,6 +161,10 @@ def _start_program(request: dict[str, object], stdio: list[int | None]) -> subpr
     ):
         raise TypeError("malformed request")
     streams = [subprocess.DEVNULL if fd is None else fd for fd in stdio]
+    nice = request.get("nice")
+    # The supervisor is single-threaded, so code between fork and exec is safe here. Only a
+    # spawn that asks for a priority pays for it (fork instead of vfork).
+    before_exec = None if nice is None else functools.partial(_lower_own_priority, nice)
     return subprocess.Popen(
         argv,
         env=env,
@@ -168,6 +175,7 @@ def _start_program(request: dict[str, object], stdio: list[int | None]) -> subpr
         start_new_session=True,
         close_fds=True,
         restore_signals=True,
+        preexec_fn=before_exec,
     )
 
 
@@ -296,7 +304,6 @@ def _supervise(ctl: socket.socket, standby_groups: object) -> None:
         if request.get("in_group") and not request.get("leave"):
             _move_to(standby_groups, 1)
         _move_to(groups, 1)
-    _set_priority(pid, request.get("nice"))
     termed: set[tuple[int, int]] = set()
     killing_since: float | None = None
     exited = False
