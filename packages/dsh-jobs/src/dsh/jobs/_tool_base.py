@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 __all__ = [
@@ -32,8 +32,9 @@ class ToolResult:
     text: str
     is_error: bool = False
     value: dict[str, Any] | None = None
-    meta: dict[str, Any] | None = None
-    """Host-only facts (e.g. ``{"usage": ...}``): never shown to a model."""
+    meta: dict[str, Any] | None = field(default=None, compare=False)
+    """Host-only facts (e.g. ``{"usage": ...}``): never shown to a model, and not part of a
+    result's equality, which is about what the model sees."""
 
 
 class SchemaTool(Protocol):
