@@ -1,10 +1,9 @@
 """Completion notices of one MCP connection's owner, on every channel a host might surface.
 
 - **Tool results** (what a host's model sees): the owner's unreported completion notices ride
-  on the next dsh tool result as an extra text block, each once, at most
-  :data:`MAX_NOTICES_PER_RESULT` notices and :data:`MAX_NOTICE_CHARS` characters per result;
-  the rest wait for the following result. Neither Claude Code nor Codex shows MCP log messages
-  to its model, so this is the channel that reaches one.
+  on the next dsh tool result as an extra text block, each once (:mod:`._notice_queue` bounds
+  how many ride one result). Neither Claude Code nor Codex shows MCP log messages to its model,
+  so this is the channel that reaches one.
 - **Log notifications** (``notifications/message``, level ``notice``, logger ``dsh.jobs``) for
   clients that display them: sent at once on a handshake-era connection, and on a 2026-07-28
   connection on the next ``tools/call`` that opted in to log delivery.
@@ -25,6 +24,7 @@ from mcp.server.session import ServerSession
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from dsh.jobs import JobDone, JobRegistry
+from dsh.tool_subagent._notice_queue import MAX_NOTICE_CHARS, MAX_NOTICES_PER_RESULT, NoticeQueue
 from dsh.tool_subagent._tool import Caller
 
 __all__ = [
@@ -39,10 +39,6 @@ logger = logging.getLogger("dsh.tool_subagent.mcp")
 
 NOTICE_LEVEL: types.LoggingLevel = "notice"
 NOTICE_LOGGER = "dsh.jobs"
-#: The most completion notices one tool result carries; later ones ride the next result.
-MAX_NOTICES_PER_RESULT = 5
-#: The most notice characters one tool result carries (a single longer notice still goes alone).
-MAX_NOTICE_CHARS = 2000
 _LEVELS: tuple[str, ...] = get_args(types.LoggingLevel)
 
 
@@ -58,9 +54,8 @@ class Notices:
 
     def __init__(self, caller: Caller, jobs: JobRegistry) -> None:
         self._caller = caller
-        self._jobs = jobs
         self._pending: deque[str] = deque()  # for log delivery
-        self._riding: deque[str] = deque()  # taken from the registry, not yet on a result
+        self._queue = NoticeQueue(caller, jobs)
         self._session: ServerSession | None = None
         self._wake = asyncio.Event()
         self.min_level: str = "debug"
@@ -72,21 +67,8 @@ class Notices:
         self._wake.set()
 
     def for_result(self) -> str | None:
-        """The notices to append to the tool result being returned now (each once), or None.
-
-        Pulled from the registry at the moment the result is built, so a job the model has
-        already read, waited on or killed by then brings no notice.
-        """
-        self._riding.extend(self._jobs.take_notices(self._caller))
-        taken: list[str] = []
-        size = 0
-        while self._riding and len(taken) < MAX_NOTICES_PER_RESULT:
-            notice = self._riding[0]
-            if taken and size + len(notice) > MAX_NOTICE_CHARS:
-                break
-            taken.append(self._riding.popleft())
-            size += len(notice)
-        return "\n".join(taken) if taken else None
+        """The notices to append to the tool result being returned now (each once), or None."""
+        return self._queue.for_result()
 
     def _wanted(self) -> bool:
         return _LEVELS.index(NOTICE_LEVEL) >= _LEVELS.index(self.min_level)

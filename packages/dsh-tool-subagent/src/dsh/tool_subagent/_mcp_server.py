@@ -29,6 +29,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
 from dsh.jobs.tools import JobOutputTool, ToolBase, ToolResult
+from dsh.tool_subagent._agent_session import instructions_for
 from dsh.tool_subagent._contract import Tool
 from dsh.tool_subagent._harness import Harness
 from dsh.tool_subagent._mcp_calls import PROGRESS_INTERVAL_S, Calls
@@ -104,18 +105,6 @@ def _may_run_long(tool: Tool, arguments: Mapping[str, Any]) -> bool:
     if isinstance(tool, JobOutputTool):
         return arguments.get("wait") is True
     return not (isinstance(tool, ToolBase) and tool.is_job_tool)
-
-
-def instructions_for(harness: Harness) -> str:
-    """The server instructions: what the tools are for and where job notices arrive."""
-    names = ", ".join(tool.name for tool in harness.delegation_tools) or "none"
-    return (
-        f"Delegate self-contained tasks to coding-agent subagents (delegation tools: {names})."
-        " A call with run_in_background: true returns a job id at once. When a background job"
-        " finishes, its completion notice is appended to the result of your next dsh tool call;"
-        " read the output with job_output (wait: true blocks until it finishes), list jobs with"
-        " job_list and stop one with job_kill."
-    )
 
 
 def build_server(

@@ -1,0 +1,110 @@
+"""A harness's tools as a pydantic-ai toolset (``DshToolset``); needs ``pydantic_ai``.
+
+The toolset is the owner's lifetime: pydantic-ai enters a toolset around each agent run, and
+the outermost entry opens an :class:`AgentSession` that the matching exit closes (its running
+calls and background Jobs cancelled, their trees gone). Entering the toolset yourself
+(``async with toolset:``) keeps one owner across several runs, so a Job started in one run can
+be collected in the next. Built from an ``AgentSession`` instead, the toolset uses that session
+and leaves closing it to you.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from pydantic_ai import RunContext, ToolDefinition, ToolFailed
+from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
+from pydantic_core import SchemaValidator, core_schema
+
+from dsh.tool_subagent._agent_session import CLOSED_TEXT, AgentSession, instructions_for
+from dsh.tool_subagent._harness import Harness
+
+__all__ = ["DshToolset"]
+
+# Arguments reach the tool as the model sent them: the tool's own check answers a bad call with
+# the same safe text as over MCP, which pydantic-ai's validation would word differently.
+_AS_SENT = SchemaValidator(schema=core_schema.dict_schema())
+
+
+class DshToolset(AbstractToolset[Any]):
+    """Every tool of a harness (delegations, then ``job_output``, ``job_list``, ``job_kill``).
+
+    Names, descriptions and JSON schemas are the harness tools' own. A result the tool marks as
+    an error reaches the model as a failed tool return (``ToolFailed``) with the same text.
+    """
+
+    def __init__(
+        self,
+        source: Harness | AgentSession,
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        id: str | None = "dsh",
+    ) -> None:
+        self._session: AgentSession | None = None
+        if isinstance(source, AgentSession):
+            if cwd is not None:
+                raise ValueError("cwd is the session's own: give it to AgentSession instead")
+            self._harness, self._session, self._owns = source.harness, source, False
+        else:
+            self._harness, self._session, self._owns = source, None, True
+        self._cwd = cwd
+        self._id = id
+        self._entered = 0
+        self._lock = asyncio.Lock()
+
+    @property
+    def id(self) -> str | None:
+        return self._id
+
+    @property
+    def session(self) -> AgentSession | None:
+        """The owner the calls run as: while entered, or the session it was built from."""
+        return self._session
+
+    async def __aenter__(self) -> DshToolset:
+        async with self._lock:
+            if self._owns and self._entered == 0:
+                self._session = AgentSession(self._harness, cwd=self._cwd)
+            self._entered += 1
+        return self
+
+    async def __aexit__(self, *args: Any) -> bool | None:
+        async with self._lock:
+            self._entered -= 1
+            session = self._session if self._owns and self._entered == 0 else None
+            if session is not None:
+                self._session = None
+                await session.aclose()
+        return None
+
+    async def get_instructions(self, ctx: RunContext[Any]) -> str:
+        return instructions_for(self._harness)
+
+    async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        return {
+            tool.name: ToolsetTool(
+                toolset=self,
+                tool_def=ToolDefinition(
+                    name=tool.name,
+                    description=tool.description,
+                    parameters_json_schema=tool.input_schema,
+                ),
+                # A tool's failure is an answer the model adapts to, not a reason to retry.
+                max_retries=0,
+                args_validator=_AS_SENT,
+            )
+            for tool in self._harness.tools
+        }
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> str:
+        session = self._session
+        if session is None:  # called outside an agent run and outside ``async with``
+            raise ToolFailed(CLOSED_TEXT)
+        result = await session.call(name, tool_args)
+        if result.is_error:
+            raise ToolFailed(result.text)
+        return result.text
