@@ -159,15 +159,33 @@ class AgentSession:
         """
         self._closed = True
         for task in tuple(self._running):
-            task.cancel(CLOSED_TEXT)
-        cancelled = False
-        for task in tuple(self._running):
-            cancelled = await _wait_to_end(task) or cancelled
+            # A call its framework cancelled is already closing its run: a second cancel could
+            # cut that close short.
+            if not task.cancelling():
+                task.cancel(CLOSED_TEXT)
+        cancelled = await self._settle()
         try:
             await self.harness.jobs.close_owner(self.caller)
         finally:
             if cancelled:
                 raise asyncio.CancelledError
+
+    async def settle(self) -> None:
+        """Wait until no call of this session is running (a cancelled one: its tree has exited).
+
+        For a session that outlives a cancelled run: some frameworks (the Agents SDK) cancel
+        their tool tasks without waiting for them.
+        """
+        if await self._settle():
+            raise asyncio.CancelledError
+
+    async def _settle(self) -> bool:
+        cancelled = False
+        while self._running:
+            task = next(iter(self._running))
+            cancelled = await _wait_to_end(task) or cancelled
+            self._running.discard(task)  # its done callback may not have run yet
+        return cancelled
 
     async def __aenter__(self) -> Self:
         return self
