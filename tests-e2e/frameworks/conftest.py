@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from dsh.jobs import JobOwner
 from dsh.subagent_claude_code.testing import FakeMessagesServer
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex.testing import (
@@ -69,6 +70,13 @@ class Products:
         command = {"cmd": "sleep 30", "login": False, "yield_time_ms": 20000}
         self.codex.queue(Reply((FunctionCallItem("exec_command", command),)))
         self.claude.queue_stall()
+
+    async def settled(self, owner: JobOwner, count: int) -> None:
+        """Wait (bounded) until ``count`` of the owner's jobs are terminal, reading no output
+        (a read would mark a job reported, and a reported job brings no notice)."""
+        async with asyncio.timeout(90):
+            while sum(s.terminal for s in self.harness.jobs.list(owner)) < count:  # noqa: ASYNC110 - bounded poll
+                await asyncio.sleep(0.05)
 
     async def both_mid_turn(self) -> None:
         """Wait until Codex's ``sleep 30`` runs and Claude Code's request is stalled."""

@@ -53,13 +53,6 @@ def agent_for(session: AgentSession, steps: Sequence[Step]) -> Agent[Any]:
     )
 
 
-async def settled(session: AgentSession, count: int) -> None:
-    """Wait (bounded) until ``count`` of the owner's jobs are terminal, reading no output."""
-    async with asyncio.timeout(90):
-        while sum(s.terminal for s in session.harness.jobs.list(session.caller)) < count:  # noqa: ASYNC110 - bounded poll
-            await asyncio.sleep(0.05)
-
-
 async def test_the_function_tools_are_dsh_mcps_tools_and_run_both_products(
     products: Any,
 ) -> None:
@@ -106,7 +99,7 @@ async def test_the_function_tools_are_dsh_mcps_tools_and_run_both_products(
             assert seen[call_id].startswith("started background subagent job subagent-")
             jobs[call_id] = seen[call_id].rpartition(" ")[2]
         assert sorted(jobs.values()) == ["subagent-1", "subagent-2"]
-        await settled(session, 2)
+        await products.settled(session.caller, 2)
         return [call("job_list", "list")]
 
     async def collect(model_call: ModelCall) -> Sequence[TResponseOutputItem]:

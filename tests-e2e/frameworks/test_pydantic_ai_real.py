@@ -60,13 +60,6 @@ def texts(request: ModelRequest) -> dict[str, str]:
     return {key: str(part.content) for key, part in returns(request).items()}
 
 
-async def settled(session: AgentSession, count: int) -> None:
-    """Wait (bounded) until ``count`` of the owner's jobs are terminal, reading no output."""
-    async with asyncio.timeout(90):
-        while sum(s.terminal for s in session.harness.jobs.list(session.caller)) < count:  # noqa: ASYNC110 - bounded poll
-            await asyncio.sleep(0.05)
-
-
 async def test_the_toolset_lists_each_tool_as_dsh_mcp_does_and_runs_both_products(
     products: Any,
 ) -> None:
@@ -117,7 +110,7 @@ async def test_the_toolset_lists_each_tool_as_dsh_mcp_does_and_runs_both_product
             jobs[call_id] = text.rpartition(" ")[2]
         assert sorted(jobs.values()) == ["subagent-1", "subagent-2"]
         assert toolset.session is not None
-        await settled(toolset.session, 2)
+        await products.settled(toolset.session.caller, 2)
         return ModelResponse(parts=[call("job_list", "list")])
 
     async def collect(request: ModelRequest, info: AgentInfo) -> ModelResponse:
