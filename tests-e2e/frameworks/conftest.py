@@ -9,10 +9,12 @@ leak guard of ``tests-e2e/conftest.py`` applies on top.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -50,6 +52,8 @@ class Products:
     codex: FakeResponsesServer
     claude: FakeMessagesServer
     workspace: Path
+    #: The profile the harness was built from (a mapping; :meth:`write_profile` writes TOML).
+    profile: dict[str, Any]
     #: In each product's failure body; never in anything the agent's model is sent.
     canary: str = CANARY
     codex_failure: str = CODEX_FAILURE
@@ -70,6 +74,20 @@ class Products:
         command = {"cmd": "sleep 30", "login": False, "yield_time_ms": 20000}
         self.codex.queue(Reply((FunctionCallItem("exec_command", command),)))
         self.claude.queue_stall()
+
+    def write_profile(self, path: Path) -> Path:
+        """The profile as a TOML file (for a program that builds its own harness)."""
+        lines = []
+        for provider in self.profile["provider"]:
+            lines += ["[[provider]]", f"kind = {json.dumps(provider['kind'])}", "[provider.config]"]
+            for key, value in provider["config"].items():
+                if isinstance(value, dict):
+                    pairs = ", ".join(f"{k} = {json.dumps(v)}" for k, v in value.items())
+                    lines.append(f"{key} = {{ {pairs} }}")
+                else:
+                    lines.append(f"{key} = {json.dumps(value)}")
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return path
 
     async def settled(self, owner: JobOwner, count: int) -> None:
         """Wait (bounded) until ``count`` of the owner's jobs are terminal, reading no output
@@ -103,7 +121,7 @@ async def products(tmp_path: Path) -> AsyncIterator[Products]:
     async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
         home = write_codex_home(tmp_path / "codex-home", codex.base_url, "mock-model")
         common = {"stderr": "discard", "dispose_grace_ms": 2000}
-        profile = {
+        profile: dict[str, Any] = {
             "provider": [
                 {"kind": "codex", "config": {"env": codex_env(home), **common}},
                 {
@@ -113,4 +131,4 @@ async def products(tmp_path: Path) -> AsyncIterator[Products]:
             ]
         }
         async with Harness.from_profile(profile) as harness:
-            yield Products(harness, codex, claude, workspace)
+            yield Products(harness, codex, claude, workspace, profile)
