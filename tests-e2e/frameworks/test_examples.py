@@ -51,8 +51,10 @@ async def test_the_example_runs_as_written(products: Any, tmp_path: Path, sectio
     answer = f"README.md says hello ({section})"
     server = products.codex if product == "codex" else products.claude
     server.queue_text(answer, match="Summarise README.md")
+    source = example(section)
+    assert f'"{tool}"' in source  # the product the example delegates to answers it
     script = tmp_path / "example.py"
-    script.write_text(example(section), encoding="utf-8")
+    script.write_text(source, encoding="utf-8")
     profile = products.write_profile(tmp_path / "profile.toml")
     (products.workspace / "README.md").write_text("# hello\n", encoding="utf-8")
     spec = SpawnSpec(
