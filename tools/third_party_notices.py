@@ -6,7 +6,8 @@ Repository tooling, not part of any distribution (no wheel ships it). Run from t
     uv run python tools/third_party_notices.py --check
 
 The closure starts at the runtime requirements of the six dsh distributions (dsh-tool-subagent
-with its ``codex``, ``claude-code``, ``mcp`` and ``ray`` extras) and follows ``importlib.metadata``
+with its ``codex``, ``claude-code``, ``mcp``, ``ray``, ``pydantic-ai``, ``openai-agents`` and
+``langchain`` extras) and follows ``importlib.metadata``
 requirements, honouring markers for the current environment and extras only where requested.
 The dsh distributions themselves are walked but not listed. Declared terms are reported as the
 metadata declares them; nothing is reclassified or guessed. This module spawns nothing.
@@ -42,7 +43,12 @@ ROOTS: tuple[tuple[str, frozenset[str]], ...] = (
     ("dsh-subprocess", frozenset()),
     ("dsh-subagent", frozenset()),
     ("dsh-jobs", frozenset()),
-    ("dsh-tool-subagent", frozenset({"codex", "claude-code", "mcp", "ray"})),
+    (
+        "dsh-tool-subagent",
+        frozenset(
+            {"codex", "claude-code", "mcp", "ray", "pydantic-ai", "openai-agents", "langchain"}
+        ),
+    ),
     ("dsh-subagent-codex", frozenset()),
     ("dsh-subagent-claude-code", frozenset()),
 )
@@ -195,8 +201,9 @@ def render(items: list[Entry] | None = None) -> str:
         "# Third-party notices",
         "",
         "This file is generated from the installed runtime closure's package metadata of the dsh",
-        "distributions (dsh-tool-subagent with its codex, claude-code, mcp and ray extras). Do not",
-        "edit it by hand; regenerate it from the workspace root with:",
+        "distributions (dsh-tool-subagent with its codex, claude-code, mcp and ray extras and its",
+        "pydantic-ai, openai-agents and langchain adapter extras). Do not edit it by hand;",
+        "regenerate it from the workspace root with:",
         "",
         f"    {REGENERATE_COMMAND}",
         "",
