@@ -155,6 +155,35 @@ async def test_cancelling_the_run_mid_tool_returns_after_both_trees_exited(produ
     assert products.trees() == []  # no settling: the walk runs the moment the cancel returned
 
 
+async def test_the_sdks_own_cancel_then_settle_returns_after_both_trees_exited(
+    products: Any,
+) -> None:
+    """``RunResultStreaming.cancel()`` leaves the tool tasks to finish on their own; a session
+    that outlives the run waits for them with ``settle()``."""
+    products.hold_both_mid_turn()
+
+    async def hold(model_call: ModelCall) -> Sequence[TResponseOutputItem]:
+        return [
+            call("subagent_codex", "c", description="hold codex", prompt="HOLD codex"),
+            call("subagent_claude_code", "k", description="hold claude", prompt="HOLD claude"),
+        ]
+
+    async with AgentSession(products.harness) as session:
+        streamed = Runner.run_streamed(agent_for(session, [hold]), "hold", run_config=QUIET)
+
+        async def consume() -> int:
+            return len([event async for event in streamed.stream_events()])
+
+        consumer = asyncio.create_task(consume())
+        await products.both_mid_turn()
+        assert len(products.trees()) >= 3
+        streamed.cancel()
+        assert await consumer > 0  # the stream ended
+        await session.settle()
+        assert products.trees() == []  # no settling: the walk runs the moment settle returned
+        assert not session.closed
+
+
 async def test_a_job_still_running_when_the_owner_closes_is_killed_with_its_tree(
     products: Any,
 ) -> None:
