@@ -23,9 +23,12 @@ from dsh.tool_subagent._harness import Harness
 
 __all__ = ["DshToolset"]
 
-# Arguments reach the tool as the model sent them: the tool's own check answers a bad call with
-# the same safe text as over MCP, which pydantic-ai's validation would word differently.
-_AS_SENT = SchemaValidator(schema=core_schema.dict_schema())
+# Arguments reach the tool as the model sent them (an array too): the tool's own check answers a
+# bad call with the same safe text as over MCP, which pydantic-ai's validation would word
+# differently. Only arguments that are not JSON at all are pydantic-ai's to retry.
+_AS_SENT = SchemaValidator(schema=core_schema.any_schema())
+#: pydantic-ai's own default: one retry prompt for arguments that are not JSON.
+_RETRIES = 1
 
 
 class DshToolset(AbstractToolset[Any]):
@@ -91,15 +94,15 @@ class DshToolset(AbstractToolset[Any]):
                     description=tool.description,
                     parameters_json_schema=tool.input_schema,
                 ),
-                # A tool's failure is an answer the model adapts to, not a reason to retry.
-                max_retries=0,
+                # A tool's own failure is a ToolFailed, which uses no retry: an answer to adapt to.
+                max_retries=_RETRIES,
                 args_validator=_AS_SENT,
             )
             for tool in self._harness.tools
         }
 
     async def call_tool(
-        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+        self, name: str, tool_args: Any, ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> str:
         session = self._session
         if session is None:  # called outside an agent run and outside ``async with``

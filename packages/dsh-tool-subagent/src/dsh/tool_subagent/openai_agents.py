@@ -10,11 +10,11 @@ from dsh.tool_subagent._agent_session import AgentSession
 from dsh.tool_subagent._extras import framework_missing, missing_extra_text
 
 try:
-    from dsh.tool_subagent._openai_agents import function_tools
+    from dsh.tool_subagent._openai_agents import INVALID_JSON_TEXT, function_tools
 except ImportError as _exc:
     if framework_missing(_exc, ("agents", "openai")):
         _text = missing_extra_text("openai-agents", "openai-agents")
         raise ImportError(_text, name=_exc.name) from _exc
     raise
 
-__all__ = ["AgentSession", "function_tools"]
+__all__ = ["INVALID_JSON_TEXT", "AgentSession", "function_tools"]
