@@ -25,7 +25,9 @@ ADAPTERS = [
 def test_the_import_error_names_the_extra(
     monkeypatch: pytest.MonkeyPatch, module: str, framework: str, extra: str
 ) -> None:
-    monkeypatch.setitem(sys.modules, framework, None)
+    # The whole package is hidden: an already imported submodule would be found without its parent.
+    for name in [framework, *(n for n in sys.modules if n.startswith(framework + "."))]:
+        monkeypatch.setitem(sys.modules, name, None)
     private = module.rpartition(".")[0] + "._" + module.rpartition(".")[2]
     for name in (module, private):
         monkeypatch.delitem(sys.modules, name, raising=False)
