@@ -28,7 +28,7 @@ import psutil
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 
-from dsh.subagent_claude_code.testing import Behaviour, FakeMessagesServer
+from dsh.subagent_claude_code.testing import Behaviour, FakeMessagesServer, host_tmp
 from dsh.subagent_claude_code.testing import RecordedRequest as ClaudeRequest
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex.testing import (
@@ -62,6 +62,15 @@ CODEX_FAILURE = (
     " (product: Codex; stage: turn; category: internalServerError)"
 )
 TOOL_NAMES = ["subagent_codex", "subagent_claude_code", "job_output", "job_list", "job_kill"]
+
+
+def assert_run_timings(timings: Mapping[str, float]) -> None:
+    """dsh's own stamps of a run that answered: every stage reached, in order."""
+    stages = ["started_s", "first_activity_s", "answer_s", "tree_exit_s"]
+    assert list(timings) == stages
+    values = [timings[stage] for stage in stages]
+    assert values[0] > 0
+    assert values == sorted(values)
 
 
 def _toml_string(value: str) -> str:
@@ -261,6 +270,7 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
                 "reasoning_output_tokens": 7,
                 "total_tokens": 1030,
             }
+            assert_run_timings(client.last_meta["dsh/timings"])
             claude_fg = await client.call(
                 "subagent_claude_code", {"description": "fg claude", "prompt": "FG claude task"}
             )
@@ -273,6 +283,7 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
             }
             assert claude_usage["cached_input_tokens"] == 13
             assert claude_usage["cost_usd"] > 0
+            assert_run_timings(client.last_meta["dsh/timings"])
 
             # Background on Claude Code, collected by job_output with wait.
             started = await client.call(
@@ -284,6 +295,10 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
                 "job_output", {"job_id": "subagent-1", "wait": True, "timeout_ms": 90000}
             )
             assert collected == ("claude background answer\n[status: completed]", False)
+            # A background job's host-only facts ride in job_output's ``_meta`` the same way.
+            assert client.last_meta is not None
+            assert client.last_meta["dsh/usage"] == claude_usage
+            assert_run_timings(client.last_meta["dsh/timings"])
 
             # Background on Codex: the completion notice arrives as an MCP log notification.
             started = await client.call(
@@ -299,6 +314,9 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
             )
             collected = await client.call("job_output", {"job_id": "subagent-2", "wait": True})
             assert collected == ("codex says: BG codex task 2\n[status: completed]", False)
+            assert client.last_meta is not None
+            assert client.last_meta["dsh/usage"] == codex_usage
+            assert_run_timings(client.last_meta["dsh/timings"])
 
             # A real model-side failure: isError with the safe diagnostic, no raw body.
             failed = await client.call(
@@ -744,6 +762,7 @@ async def test_claude_code_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_r
             commands = recipe_commands(recipe_name, paths)  # `claude mcp add`, then `claude -p`
             assert commands[-1][:2] == ["claude", "-p"]
             env = claude_env(tmp_path / "host-claude-root", host.base_url)
+            env |= host_tmp(tmp_path / "host-tmp")
             out, err = await _run_hosts(commands, workspace, env)
         assert out.strip() == "host done", err[-3000:]
         _assert_host_saw(script, "claude foreground answer", "codex says: BG codex host")
@@ -1007,6 +1026,7 @@ async def test_claude_code_as_host_gets_the_stall_limit_of_a_stalled_codex_subag
         with FakeMessagesServer(route=claude_host_route(script)) as host:  # type: ignore[arg-type]
             commands = recipe_commands("claude-mcp-config", paths)
             env = claude_env(tmp_path / "host-claude-root", host.base_url)
+            env |= host_tmp(tmp_path / "host-tmp")
             out, err = await _run_hosts(commands, workspace, env)
         assert out.strip() == "host done", err[-3000:]
     _assert_stopped_in_time(script, stalled)

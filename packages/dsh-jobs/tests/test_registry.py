@@ -470,6 +470,7 @@ def test_outcome_must_be_terminal_and_snapshot_status_line() -> None:
         "finished_at",
         "reported",
         "where",
+        "meta",
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any as Env
 
 import pytest
@@ -24,7 +25,11 @@ async def test_one_request_reports_the_servers_counts(codex_env: Env) -> None:
     codex_env.server.usage = dict(_USAGE)
     codex_env.server.queue_text("done", phase="final_answer")
     async with await codex_env.provider().start(codex_env.request("count")) as run:
+        published = time.monotonic()
         result = await run.result()
+        # The turn's first model item came after publication (the echoed prompt does not count).
+        assert run.first_activity is not None
+        assert published < run.first_activity <= time.monotonic()
     assert result.stop_reason is StopReason.COMPLETED
     assert result.text == "done"
     assert len(codex_env.server.requests) == 1

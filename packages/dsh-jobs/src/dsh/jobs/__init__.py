@@ -11,7 +11,7 @@ from importlib import metadata as _metadata
 
 from dsh.jobs._executor import Executor, JobStarted, JobWork, LocalExecutor, PortableWork
 from dsh.jobs._executor_choice import RAY_EXTRA_HINT, executor_for
-from dsh.jobs._registry import JobRegistry
+from dsh.jobs._registry import JobRegistry, current_job_id
 from dsh.jobs._types import (
     MAX_RUNS_PER_NODE,
     TERMINAL_STATUSES,
@@ -47,6 +47,7 @@ __all__ = [
     "LocalExecutor",
     "PortableWork",
     "completion_notice",
+    "current_job_id",
     "executor_for",
     "status_line",
 ]

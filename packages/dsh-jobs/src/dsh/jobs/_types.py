@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -58,11 +59,16 @@ class JobOwner(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class JobOutcome:
-    """What a job's work returns. ``status`` must be terminal."""
+    """What a job's work returns. ``status`` must be terminal.
+
+    ``meta`` holds host-only facts (a delegation's ``usage`` and ``timings``, JSON values): the
+    job's snapshot keeps them for the host and no model-visible text includes them.
+    """
 
     status: JobStatus
     detail: str | None = None
     output: str | None = None
+    meta: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         status = JobStatus(self.status)
@@ -86,6 +92,8 @@ class JobSnapshot:
     reported: bool
     #: Where the work runs or ran, as the executor names it (a Ray node id), or ``None``.
     where: str | None = None
+    #: The settled work's host-only facts (``JobOutcome.meta``), or ``None``; never model-visible.
+    meta: Mapping[str, Any] | None = field(default=None, compare=False)
 
     @property
     def terminal(self) -> bool:

@@ -77,6 +77,12 @@ class StartupFailure(Exception):
         self.facts = FailureFacts(PRODUCT, stage, category, **extra)
 
 
+def _model_item(params: dict[str, Any]) -> bool:
+    """Whether an ``item/*`` notification is the model's (not Codex's echo of the prompt)."""
+    item = params.get("item")
+    return not (isinstance(item, dict) and item.get("type") == "userMessage")
+
+
 def _thread_turn(params: Any) -> tuple[Any, Any]:
     if not isinstance(params, dict):
         return (None, None)
@@ -129,6 +135,7 @@ class CodexRun:
         self._turn_start_timer: asyncio.TimerHandle | None = None
         self._closing = CloseOnce()
         self._activity = ActivityStamp()
+        self._first_output: float | None = None
         self._usage: UsageFacts | None = None
 
     # -- public surface --------------------------------------------------------------------
@@ -140,6 +147,11 @@ class CodexRun:
     def last_activity(self) -> float:
         """When the last JSON-RPC frame was read from the app-server (``time.monotonic()``)."""
         return self._activity.last
+
+    @property
+    def first_activity(self) -> float | None:
+        """When the turn's first item other than the echoed prompt was read (host-only timing)."""
+        return self._first_output
 
     @property
     def usage(self) -> UsageFacts | None:
@@ -370,6 +382,8 @@ class CodexRun:
         if self._turn_id is None or thread_id != self._thread_id or turn_id != self._turn_id:
             return
         assert isinstance(params, dict)
+        if self._first_output is None and method.startswith("item/") and _model_item(params):
+            self._first_output = self._activity.last
         if method == "item/completed":
             self._item_completed(params.get("item"))
         elif method == "error":

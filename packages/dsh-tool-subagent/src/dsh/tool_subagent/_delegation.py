@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from dsh.jobs import JobOutcome, JobStatus
+from dsh.jobs import JobOutcome, JobStatus, current_job_id
 from dsh.subagent import (
     PublishedRun,
     StopReason,
@@ -20,8 +23,15 @@ from dsh.subagent import (
     SubagentStartRequest,
     UsageFacts,
 )
-from dsh.subagent.kit import CloseOnce
+from dsh.subagent.kit import CloseOnce, RunTimings, first_activity
 from dsh.tool_subagent._limits import RunLimits, Watchdog, limit_text
+from dsh.tool_subagent._otel import (
+    DelegationLabels,
+    DelegationSpan,
+    delegation_span,
+    failure_category,
+    remote_parent,
+)
 
 __all__ = ["Finished", "Interrupted", "background_outcome", "killed", "run_to_end", "safe_text"]
 
@@ -30,6 +40,8 @@ __all__ = ["Finished", "Interrupted", "background_outcome", "killed", "run_to_en
 NO_LIMITS = RunLimits(timeout_s=None, stall_timeout_s=None)
 
 logger = logging.getLogger("dsh.tool_subagent")
+
+_STOP_REASONS = frozenset(str(reason) for reason in StopReason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +58,16 @@ class Finished:
     limit: str | None = None
     limit_field: str | None = None
     usage: UsageFacts | None = None
+    timings: RunTimings | None = None
+
+    def host_facts(self) -> dict[str, Any] | None:
+        """The host-only facts (``ToolResult.meta``, ``JobOutcome.meta``), or ``None``."""
+        facts: dict[str, Any] = {}
+        if self.usage is not None:
+            facts["usage"] = self.usage.as_json()
+        if self.timings is not None:
+            facts["timings"] = self.timings.as_json()
+        return facts or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +156,7 @@ async def run_to_end(
     request: SubagentStartRequest,
     where: str,
     limits: RunLimits = NO_LIMITS,
+    labels: DelegationLabels | None = None,
 ) -> str | Finished | Interrupted:
     """Start → result → dispose, the steps the foreground and the background share.
 
@@ -141,10 +164,27 @@ async def run_to_end(
     (through :func:`_dispose`) before this returns, and a cancellation that arrives during
     that close propagates from here once the close has ended. ``limits`` are the caller's
     (``_limits``): the wall clock counts from here, the stall clock from publication; an
-    expired limit cancels the run and the ending carries its fixed text.
+    expired limit cancels the run and the ending carries its fixed text. ``labels`` name the
+    delegation's OpenTelemetry span (``_otel``; default: the provider's name).
     """
+    with delegation_span(labels or DelegationLabels(provider, provider), where) as span:
+        end = await _run_to_end(service, provider, request, where, limits, span)
+        _finish_span(span, end)
+        return end
+
+
+async def _run_to_end(
+    service: SubagentService,
+    provider: str,
+    request: SubagentStartRequest,
+    where: str,
+    limits: RunLimits,
+    span: DelegationSpan,
+) -> str | Finished | Interrupted:
     began = asyncio.get_running_loop().time()
-    run = await _start_within(service, provider, request, where, limits.start_deadline(began))
+    with span.phase("dsh.start"):
+        deadline = limits.start_deadline(began)
+        run = await _start_within(service, provider, request, where, deadline)
     if isinstance(run, StartLimited):
         assert limits.timeout_s is not None
         text = limit_text("timeout_s", limits.timeout_s)
@@ -152,18 +192,81 @@ async def run_to_end(
         return Finished(SubagentResult(StopReason.ABORTED), run.text or None, text, "timeout_s")
     if isinstance(run, str):
         return run
+    clock = asyncio.get_running_loop().time
+    started = clock()
     watchdog = Watchdog(run, limits, began)
-    try:
-        result = await run.result()
-    except BaseException as exc:  # a cancellation (the service turns any Exception into ERROR)
+    error: BaseException | None = None
+    with span.phase("dsh.turn") as turn:
+        try:
+            result = await run.result()
+        except BaseException as exc:  # a cancellation (the service turns any Exception into ERROR)
+            error = exc
         watchdog.stop()
-        return Interrupted(exc, await _dispose(run, where))
-    watchdog.stop()
-    dispose = await _dispose(run, where)
+        span.first_activity(turn, first_activity(run))
+    answered = clock()
+    with span.phase("dsh.teardown") as teardown:
+        dispose = await _dispose(run, where)
+        if teardown is not None:
+            teardown.set_attribute("dsh.tree_exit.proven", dispose is None)
+    if error is not None:
+        return Interrupted(error, dispose)
+    timings = _timings(run, began, started, answered, None if dispose else clock())
     usage = run.usage
     if watchdog.expired is not None and result.stop_reason != StopReason.COMPLETED:
-        return Finished(result, dispose, watchdog.expired, watchdog.field, usage)
-    return Finished(result, dispose, usage=usage)
+        return Finished(result, dispose, watchdog.expired, watchdog.field, usage, timings)
+    return Finished(result, dispose, usage=usage, timings=timings)
+
+
+def _finish_span(span: DelegationSpan, end: str | Finished | Interrupted) -> None:
+    """How the delegation ended, in its span: only names, numbers and the safe category.
+
+    Outcomes: ``completed``, ``error``, ``cancelled``, ``limit``, ``max_tokens``, ``refusal``,
+    ``start_failed`` and ``teardown_failed`` (an answer whose close could not prove exit).
+    """
+    if isinstance(end, str):
+        span.finish("start_failed", category=failure_category(end))
+        return
+    if isinstance(end, Interrupted):
+        span.finish("cancelled")
+        return
+    # A third-party provider may report a stop reason of its own: counted as an error.
+    reason = str(end.result.stop_reason)
+    if reason not in _STOP_REASONS:
+        reason = "unknown"
+    category = end.limit_field or failure_category(end.result.diagnostic)
+    if end.limit is not None:
+        outcome = "limit"
+    elif end.dispose is not None:
+        outcome, category = "teardown_failed", category or "teardown"
+    elif reason == StopReason.ABORTED:
+        outcome = "cancelled"
+    else:
+        outcome = "error" if reason == "unknown" else reason
+    span.finish(
+        outcome, stop_reason=reason, category=category, usage=end.usage, timings=end.timings
+    )
+
+
+def _timings(
+    run: PublishedRun, began: float, started: float, answered: float, exited: float | None
+) -> RunTimings:
+    """The run's stamps in seconds since ``began``, all on the loop's clock.
+
+    ``tree_exit_s`` is left out when the close could not prove the tree gone.
+    """
+    first = first_activity(run)
+    if first is not None:  # a time.monotonic() stamp; the loop's clock may be another one
+        first += asyncio.get_running_loop().time() - time.monotonic()
+
+    def since(stamp: float | None) -> float | None:
+        return None if stamp is None else round(max(0.0, stamp - began), 4)
+
+    return RunTimings(
+        started_s=since(started),
+        first_activity_s=since(first),
+        answer_s=since(answered),
+        tree_exit_s=since(exited),
+    )
 
 
 async def background_outcome(
@@ -171,12 +274,32 @@ async def background_outcome(
     provider: str,
     request: SubagentStartRequest,
     limits: RunLimits = NO_LIMITS,
+    labels: DelegationLabels | None = None,
+    trace_context: Mapping[str, str] | None = None,
 ) -> JobOutcome:
     """A background job's whole work: the run to its end, mapped to the job's outcome.
 
     A run stopped by a limit ends ``failed`` with the limit's fixed text as the detail.
+    ``trace_context`` is the starting side's ``trace_carrier()`` when the work runs in another
+    process (Ray): the delegation's span continues that trace.
     """
-    end = await run_to_end(service, provider, request, "background", limits)
+    labels = labels or DelegationLabels(provider, provider)
+    with remote_parent(trace_context), delegation_span(labels, "background") as span:
+        job_id = current_job_id()
+        span.event("dsh.job.running", {"dsh.job.id": job_id} if job_id else {})
+        end = await _run_to_end(service, provider, request, "background", limits, span)
+        _finish_span(span, end)
+        status = "killed"  # unless the mapping below returns: it raises only a cancellation
+        try:
+            outcome = _job_outcome(end)
+            status = str(outcome.status)
+        finally:
+            span.event("dsh.job.settled", {"dsh.job.status": status})
+        return outcome
+
+
+def _job_outcome(end: str | Finished | Interrupted) -> JobOutcome:
+    """How a background run ended, as its job's outcome (a job_kill's cancellation raises)."""
     if isinstance(end, str):
         if killed():
             # Killed while starting, and the start then failed instead of raising the
@@ -191,16 +314,22 @@ async def background_outcome(
         return JobOutcome(JobStatus.KILLED, detail=f"dispose failed: {end.dispose}")
     result, dispose = end.result, end.dispose
     suffix = f"; dispose failed: {dispose}" if dispose else ""
+    meta = end.host_facts()
     if end.limit is not None:
-        return JobOutcome(JobStatus.FAILED, detail=end.limit + suffix, output=result.text)
+        return JobOutcome(
+            JobStatus.FAILED, detail=end.limit + suffix, output=result.text, meta=meta
+        )
     reason = result.stop_reason
     if reason == StopReason.COMPLETED:
         if dispose:
-            return JobOutcome(JobStatus.FAILED, detail=f"completed{suffix}", output=result.text)
-        return JobOutcome(JobStatus.COMPLETED, output=result.text)
+            failed = f"completed{suffix}"
+            return JobOutcome(JobStatus.FAILED, detail=failed, output=result.text, meta=meta)
+        return JobOutcome(JobStatus.COMPLETED, output=result.text, meta=meta)
     if reason == StopReason.ABORTED:
-        return JobOutcome(JobStatus.KILLED, detail=(suffix[2:] or None), output=result.text)
+        return JobOutcome(
+            JobStatus.KILLED, detail=suffix[2:] or None, output=result.text, meta=meta
+        )
     detail = str(reason)
     if result.diagnostic:
         detail += f"; diagnostic: {result.diagnostic}"
-    return JobOutcome(JobStatus.FAILED, detail=detail + suffix, output=result.text)
+    return JobOutcome(JobStatus.FAILED, detail=detail + suffix, output=result.text, meta=meta)
