@@ -1,8 +1,9 @@
 """OpenTelemetry: the span tree and metrics of delegations, through an SDK this module sets up.
 
-The SDK's in-memory exporter and reader stand in for the host's configuration (dsh configures
-none itself). A canary in the prompt, the failure body and the environment must show in no
-attribute or event. The real products are exercised in tests-e2e/test_otel_real.py.
+The SDK's in-memory exporter and reader (``tools/otel_capture.py``) stand in for the host's
+configuration (dsh configures none itself). A canary in the prompt, the failure body and the
+environment must show in no attribute or event. The real products are exercised in
+tests-e2e/test_otel_real.py.
 """
 
 from __future__ import annotations
@@ -15,13 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry import metrics, trace
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from otel_capture import capture
 
 from dsh.jobs import JobRegistry, JobStatus
 from dsh.subagent import SubagentService, UsageFacts
@@ -37,26 +36,13 @@ FACTS = FailureFacts(
     product="Codex", stage="turn", category="httpConnectionFailed", http_status=503
 )
 
-_EXPORTER = InMemorySpanExporter()
-_READER = InMemoryMetricReader()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _sdk() -> None:
-    # The global providers can be set once per process; every test here shares them.
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-    trace.set_tracer_provider(tracer_provider)
-    metrics.set_meter_provider(MeterProvider(metric_readers=[_READER]))
-    if trace.get_tracer_provider() is not tracer_provider:
-        pytest.fail("another test set the global tracer provider first")
-
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    _EXPORTER.clear()
-    yield _EXPORTER
-    _EXPORTER.clear()
+    exporter = capture().spans  # the SDK a host would configure (tools/otel_capture.py)
+    exporter.clear()
+    yield exporter
+    exporter.clear()
 
 
 def mount(provider: FakeProvider) -> tuple[SubagentTool, JobRegistry]:
@@ -103,17 +89,7 @@ def assert_nothing_leaks(spans: dict[str, ReadableSpan]) -> None:
 
 
 def metric_points(name: str) -> list[Any]:
-    data = _READER.get_metrics_data()
-    if data is None:  # nothing recorded yet
-        return []
-    return [
-        point
-        for resource in data.resource_metrics
-        for scope in resource.scope_metrics
-        for metric in scope.metrics
-        if metric.name == name
-        for point in metric.data.data_points
-    ]
+    return capture().metric_points(name)
 
 
 def delegations_counted(outcome: str) -> int:
