@@ -216,3 +216,79 @@ async def test_spans_export_over_otlp_http_to_a_loopback_collector(tmp_path: Pat
     assert root["gen_ai.operation.name"] == "invoke_agent"
     assert len({trace_id for _, trace_id, _ in receiver.spans}) == 1
     assert all(PROMPT_CANARY not in repr(attrs) for _, _, attrs in receiver.spans)
+
+
+def _codex_tool_output(server: FakeResponsesServer) -> str:
+    (result,) = [
+        item
+        for item in server.requests[1].body["input"]
+        if item.get("type") == "function_call_output"
+    ]
+    return str(result["output"])
+
+
+def _claude_tool_output(server: FakeMessagesServer) -> str:
+    [result] = [
+        block
+        for block in (server.requests[1].body or {})["messages"][-1]["content"]
+        if block.get("type") == "tool_result"
+    ]
+    content = result["content"]
+    if isinstance(content, list):
+        content = "".join(b.get("text", "") for b in content if isinstance(b, dict))
+    return str(content)
+
+
+@pytest.mark.timeout(180)
+async def test_the_products_tools_see_the_start_spans_trace_context(
+    tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
+    """TRACEPARENT reaches each product's process and, through it, a tool command it runs."""
+    caller = Caller(session_id="otel-env", cwd=str(tmp_path))
+    command = "printenv TRACEPARENT || echo none"
+    async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
+        codex.queue_tool_call("exec_command", {"cmd": command, "login": False})
+        codex.queue_text("codex done")
+        claude.queue_tool_call("Bash", {"command": command, "description": "print it"})
+        claude.queue_text("claude done")
+        built = Harness.from_profile(
+            {
+                "provider": [
+                    {
+                        "kind": "codex",
+                        "config": {
+                            "permission_mode": "dangerously-bypass-approvals-and-sandbox",
+                            "env": codex_env(
+                                write_codex_home(tmp_path / "codex", codex.base_url, "mock")
+                            ),
+                        },
+                    },
+                    {
+                        "kind": "claude-code",
+                        "config": {
+                            "permission_mode": "bypassPermissions",
+                            "env": claude_env(tmp_path / "claude", claude.base_url)
+                            | {"IS_SANDBOX": "1"},  # bypassPermissions as root needs it
+                        },
+                    },
+                ]
+            }
+        )
+        async with built:
+            for tool in ("subagent_codex", "subagent_claude_code"):
+                result = await built.tool(tool).call(
+                    {"description": "env", "prompt": "print the trace context"}, caller
+                )
+                assert result.is_error is False, result.text
+        seen = {"codex": _codex_tool_output(codex), "claude": _claude_tool_output(claude)}
+    starts = {span.parent.span_id: span for span in by_name(spans)["dsh.start"] if span.parent}
+    for product, tool in (("codex", "subagent_codex"), ("claude", "subagent_claude_code")):
+        root = ours(spans, tool)
+        assert root.context is not None
+        start = starts[root.context.span_id]
+        assert start.context is not None
+        ids = f"00-{start.context.trace_id:032x}-{start.context.span_id:016x}-"
+        # Codex wraps a command's output in a header; the value is the last line. Codex
+        # re-encodes the flags (measured: ``03``), so only the version and ids are compared.
+        (value,) = [line for line in seen[product].splitlines() if line.startswith("00-")]
+        assert value.startswith(ids), (product, seen[product])

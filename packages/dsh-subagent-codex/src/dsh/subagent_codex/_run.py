@@ -37,7 +37,7 @@ from dsh.subagent_codex._wire import (
     WireClosed,
     read_frames,
 )
-from dsh.subprocess import ManagedProcess, TeardownError
+from dsh.subprocess import ManagedProcess, TeardownError, current_trace_context
 
 __all__ = ["CodexRun", "StartupFailure"]
 
@@ -277,7 +277,9 @@ class CodexRun:
             "input": [{"type": "text", "text": text, "text_elements": []} for text in texts],
         }
         try:
-            self._wire.request_cb("turn/start", params, self._on_turn_started)
+            # The turn continues the delegation's trace when one is current (docs/observability.md).
+            trace = current_trace_context()
+            self._wire.request_cb("turn/start", params, self._on_turn_started, trace)
         except WireClosed as exc:
             self._fail("turn-start", cause=exc)
             return

@@ -24,6 +24,7 @@ from dsh.subagent import (
     UsageFacts,
 )
 from dsh.subagent.kit import CloseOnce, RunTimings, first_activity
+from dsh.subprocess import spawn_trace_context
 from dsh.tool_subagent._limits import RunLimits, Watchdog, limit_text
 from dsh.tool_subagent._otel import (
     DelegationLabels,
@@ -31,6 +32,7 @@ from dsh.tool_subagent._otel import (
     delegation_span,
     failure_category,
     remote_parent,
+    trace_carrier,
 )
 
 __all__ = ["Finished", "Interrupted", "background_outcome", "killed", "run_to_end", "safe_text"]
@@ -182,7 +184,8 @@ async def _run_to_end(
     span: DelegationSpan,
 ) -> str | Finished | Interrupted:
     began = asyncio.get_running_loop().time()
-    with span.phase("dsh.start"):
+    # A product spawned for this run gets the start span's trace context (TRACEPARENT).
+    with span.phase("dsh.start"), spawn_trace_context(trace_carrier()):
         deadline = limits.start_deadline(began)
         run = await _start_within(service, provider, request, where, deadline)
     if isinstance(run, StartLimited):
