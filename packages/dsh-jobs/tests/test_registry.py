@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -481,6 +482,13 @@ def test_jobs_config_rules() -> None:
         JobsConfig(wait_timeout_ms=10, max_wait_timeout_ms=5)
     with pytest.raises(ValueError, match="extra"):
         JobsConfig(unknown=1)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match='worker_setup is a setting of executor = "ray"'):
+        JobsConfig(worker_setup=("otel_setup:configure",))
+    with pytest.raises(ValueError, match=r'is not a "package\.module:function" name'):
+        JobsConfig(executor="ray", worker_setup=("otel_setup.configure",))
+    names: Any = ["pkg.otel_setup:configure"]  # a TOML array arrives as a list
+    named = JobsConfig(executor="ray", worker_setup=names)
+    assert named.worker_setup == ("pkg.otel_setup:configure",)
 
 
 async def test_a_cancelled_close_owner_still_waits_for_its_jobs_to_settle() -> None:
