@@ -34,6 +34,7 @@ from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex.testing import (
     FAKE_API_KEY,
     FAKE_KEY_ENV,
+    SAMPLE_USAGE,
     FakeResponsesServer,
     FunctionCallItem,
     HttpStatus,
@@ -239,13 +240,7 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
         expected_tools = Harness.from_profile(profile).tools  # building starts nothing
         claude.queue_text("claude foreground answer", match="FG claude")
         claude.queue_text("claude background answer", match="BG claude")
-        codex.usage = {
-            "input_tokens": 1000,
-            "input_tokens_details": {"cached_tokens": 200},
-            "output_tokens": 30,
-            "output_tokens_details": {"reasoning_tokens": 7},
-            "total_tokens": 1030,
-        }
+        codex.usage = dict(SAMPLE_USAGE)
         claude.usage = {"input_tokens": 11, "output_tokens": 7, "cache_read_input_tokens": 13}
 
         async with mcp_client(profile, workspace) as client:

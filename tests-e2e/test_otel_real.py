@@ -23,6 +23,7 @@ from otel_capture import OtlpReceiver, capture
 from dsh.subagent_claude_code.testing import FakeMessagesServer
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex.testing import (
+    SAMPLE_USAGE,
     FakeResponsesServer,
     HttpStatus,
     write_codex_home,
@@ -35,13 +36,6 @@ pytestmark = pytest.mark.real_product
 PROMPT_CANARY = "otel-prompt-canary-8e2"
 BODY_CANARY = "otel-body-canary-41c"
 ENV_CANARY = "otel-env-canary-77d"
-CODEX_USAGE = {
-    "input_tokens": 1000,
-    "input_tokens_details": {"cached_tokens": 200},
-    "output_tokens": 30,
-    "output_tokens_details": {"reasoning_tokens": 7},
-    "total_tokens": 1030,
-}
 CLAUDE_USAGE = {"input_tokens": 11, "output_tokens": 7, "cache_read_input_tokens": 13}
 
 
@@ -113,7 +107,7 @@ async def test_both_products_foreground_and_a_failure(
 ) -> None:
     caller = Caller(session_id="otel", cwd=str(tmp_path))
     async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
-        codex.usage = dict(CODEX_USAGE)
+        codex.usage = dict(SAMPLE_USAGE)
         claude.usage = dict(CLAUDE_USAGE)
         codex.queue_text("codex answer")
         claude.queue_text("claude answer")
@@ -140,6 +134,7 @@ async def test_both_products_foreground_and_a_failure(
             assert claude_attributes["gen_ai.usage.input_tokens"] == 11
             assert claude_attributes["gen_ai.usage.output_tokens"] == 7
             assert claude_attributes["gen_ai.usage.cache_read.input_tokens"] == 13
+            assert isinstance(claude_attributes["dsh.usage.cost_usd"], float)
             assert claude_attributes["dsh.usage.cost_usd"] > 0
             assert claude_attributes["gen_ai.provider.name"] == "anthropic"
             for span in (codex_span, claude_span):
@@ -199,7 +194,7 @@ async def test_spans_export_over_otlp_http_to_a_loopback_collector(tmp_path: Pat
         exporter = OTLPSpanExporter(endpoint=receiver.endpoint, timeout=10)
         with capture().processor(BatchSpanProcessor(exporter)):
             async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
-                codex.usage = dict(CODEX_USAGE)
+                codex.usage = dict(SAMPLE_USAGE)
                 codex.queue_text("exported")
                 async with harness(tmp_path, codex.base_url, claude.base_url) as built:
                     result = await built.tool("subagent_codex").call(

@@ -16,25 +16,19 @@ from opentelemetry import trace
 from otel_capture import SPAN_DIR_ENV, capture, read_span_dir
 
 from dsh.jobs import JobStatus
+from dsh.subagent_codex.testing import SAMPLE_USAGE
 from dsh.tool_subagent import Harness
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(240)]
 
 WORKER_SETUP = "otel_capture:export_spans_to_dir"
-USAGE = {
-    "input_tokens": 1000,
-    "input_tokens_details": {"cached_tokens": 200},
-    "output_tokens": 30,
-    "output_tokens_details": {"reasoning_tokens": 7},
-    "total_tokens": 1030,
-}
 
 
 async def test_the_workers_span_is_a_child_of_the_hosts_and_usage_crosses_back(
     setup: Any, ray_kit: Any
 ) -> None:
     capture()  # the host's SDK: without one, no span is recording and no context travels
-    setup.codex.usage = dict(USAGE)
+    setup.codex.usage = dict(SAMPLE_USAGE)
     harness: Harness = setup.harness(worker_setup=[WORKER_SETUP])
     async with harness:
         with trace.get_tracer("host").start_as_current_span("host turn") as host:

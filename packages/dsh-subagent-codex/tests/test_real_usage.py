@@ -8,21 +8,13 @@ from typing import Any as Env
 import pytest
 
 from dsh.subagent import StopReason, UsageFacts
+from dsh.subagent_codex.testing import SAMPLE_USAGE
 
 pytestmark = pytest.mark.real_product
 
-# Numbers chosen apart so a swapped or dropped field shows.
-_USAGE = {
-    "input_tokens": 1000,
-    "input_tokens_details": {"cached_tokens": 200},
-    "output_tokens": 30,
-    "output_tokens_details": {"reasoning_tokens": 7},
-    "total_tokens": 1030,
-}
-
 
 async def test_one_request_reports_the_servers_counts(codex_env: Env) -> None:
-    codex_env.server.usage = dict(_USAGE)
+    codex_env.server.usage = dict(SAMPLE_USAGE)
     codex_env.server.queue_text("done", phase="final_answer")
     async with await codex_env.provider().start(codex_env.request("count")) as run:
         published = time.monotonic()
@@ -45,7 +37,7 @@ async def test_one_request_reports_the_servers_counts(codex_env: Env) -> None:
 
 
 async def test_two_requests_are_summed_by_codex(codex_env: Env) -> None:
-    codex_env.server.usage = dict(_USAGE)
+    codex_env.server.usage = dict(SAMPLE_USAGE)
     command = {"cmd": "true", "login": False, "yield_time_ms": 20000}
     codex_env.server.queue_tool_call("exec_command", command)
     codex_env.server.queue_text("done", phase="final_answer")
