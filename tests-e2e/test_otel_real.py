@@ -41,10 +41,8 @@ CLAUDE_USAGE = {"input_tokens": 11, "output_tokens": 7, "cache_read_input_tokens
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = capture().spans
-    exporter.clear()
-    yield exporter
-    exporter.clear()
+    with capture().recording() as exporter:
+        yield exporter
 
 
 def harness(tmp_path: Path, codex_url: str, claude_url: str) -> Harness:
@@ -192,7 +190,7 @@ async def test_spans_export_over_otlp_http_to_a_loopback_collector(tmp_path: Pat
     caller = Caller(session_id="otel-otlp", cwd=str(tmp_path))
     with OtlpReceiver() as receiver:
         exporter = OTLPSpanExporter(endpoint=receiver.endpoint, timeout=10)
-        with capture().processor(BatchSpanProcessor(exporter)):
+        with capture().recording(), capture().processor(BatchSpanProcessor(exporter)):
             async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
                 codex.usage = dict(SAMPLE_USAGE)
                 codex.queue_text("exported")

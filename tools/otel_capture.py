@@ -3,8 +3,11 @@
 dsh configures no SDK; a test plays the host. The API's global providers can be set once per
 process, so every test of a session shares one ``Capture``: an in-memory span exporter, an
 in-memory metric reader, and a slot for extra span processors (an OTLP exporter) that a test
-adds and removes. ``export_spans_to_dir`` is a Ray worker setup step: it writes each span a
-worker ends as a JSON line under ``$DSH_TEST_SPAN_DIR``.
+adds and removes. Spans are recorded only inside ``Capture.recording()``: outside it the
+tracer is a no-op, so the tests that run later in the same process see no trace context (no
+``TRACEPARENT`` in their products' env) and keep no spans. ``export_spans_to_dir`` is a Ray
+worker setup step: it writes each span a worker ends as a JSON line under
+``$DSH_TEST_SPAN_DIR``.
 """
 
 from __future__ import annotations
@@ -60,11 +63,47 @@ class _Extra(SpanProcessor):
         return all(p.force_flush(timeout_millis) for p in list(self.processors))
 
 
+class _SwitchedTracer(trace.Tracer):
+    """The SDK's tracer while its switch is on, the API's no-op tracer otherwise."""
+
+    def __init__(self, switch: _Switch, real: trace.Tracer) -> None:
+        self._switch, self._real = switch, real
+
+    def _now(self) -> trace.Tracer:
+        return self._real if self._switch.on else trace.NoOpTracer()
+
+    def start_span(self, *args: Any, **kwargs: Any) -> trace.Span:
+        return self._now().start_span(*args, **kwargs)
+
+    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
+        return self._now().start_as_current_span(*args, **kwargs)
+
+
+class _Switch(trace.TracerProvider):
+    def __init__(self, real: TracerProvider) -> None:
+        self.real, self.on = real, False
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> trace.Tracer:
+        return _SwitchedTracer(self, self.real.get_tracer(*args, **kwargs))
+
+
 @dataclass
 class Capture:
     spans: InMemorySpanExporter
     metrics: InMemoryMetricReader
     extra: _Extra
+    switch: _Switch
+
+    @contextmanager
+    def recording(self) -> Iterator[InMemorySpanExporter]:
+        """Record spans in the block (cleared at its start and end); yields the exporter."""
+        self.spans.clear()
+        self.switch.on = True
+        try:
+            yield self.spans
+        finally:
+            self.switch.on = False
+            self.spans.clear()
 
     @contextmanager
     def processor(self, processor: SpanProcessor) -> Iterator[SpanProcessor]:
@@ -100,13 +139,13 @@ def capture() -> Capture:
     with _LOCK:
         if _CAPTURES:
             return _CAPTURES[0]
-        made = Capture(InMemorySpanExporter(), InMemoryMetricReader(), _Extra())
         provider = TracerProvider()
+        made = Capture(InMemorySpanExporter(), InMemoryMetricReader(), _Extra(), _Switch(provider))
         provider.add_span_processor(SimpleSpanProcessor(made.spans))
         provider.add_span_processor(made.extra)
-        trace.set_tracer_provider(provider)
+        trace.set_tracer_provider(made.switch)
         metrics.set_meter_provider(MeterProvider(metric_readers=[made.metrics]))
-        if trace.get_tracer_provider() is not provider:
+        if trace.get_tracer_provider() is not made.switch:
             raise RuntimeError("something else set the global tracer provider first")
         _CAPTURES.append(made)
         return made

@@ -27,11 +27,14 @@ WORKER_SETUP = "otel_capture:export_spans_to_dir"
 async def test_the_workers_span_is_a_child_of_the_hosts_and_usage_crosses_back(
     setup: Any, ray_kit: Any
 ) -> None:
-    capture()  # the host's SDK: without one, no span is recording and no context travels
     setup.codex.usage = dict(SAMPLE_USAGE)
     harness: Harness = setup.harness(worker_setup=[WORKER_SETUP])
     async with harness:
-        with trace.get_tracer("host").start_as_current_span("host turn") as host:
+        # The host's SDK: without one, no span is recording and no context travels.
+        with (
+            capture().recording(),
+            trace.get_tracer("host").start_as_current_span("host turn") as host,
+        ):
             result = await harness.tool("subagent_codex").call(
                 {"description": "ray otel", "prompt": "otel ray job", "run_in_background": True},
                 setup.caller,

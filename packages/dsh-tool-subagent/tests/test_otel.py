@@ -39,10 +39,9 @@ FACTS = FailureFacts(
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = capture().spans  # the SDK a host would configure (tools/otel_capture.py)
-    exporter.clear()
-    yield exporter
-    exporter.clear()
+    # The SDK a host would configure (tools/otel_capture.py), recording for this test only.
+    with capture().recording() as exporter:
+        yield exporter
 
 
 def mount(provider: FakeProvider) -> tuple[SubagentTool, JobRegistry]:

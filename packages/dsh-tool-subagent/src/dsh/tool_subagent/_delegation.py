@@ -1,7 +1,7 @@
-"""One delegation's run (start → result → whole-tree close) and a background job's outcome.
+"""One delegation's run: start → result → whole-tree close, in its telemetry span.
 
-Shared by the delegation tool (foreground and in-process background jobs) and by the portable
-job a remote executor runs (``_portable_job``), so a job means the same wherever it runs.
+Shared by the foreground tool call and by a background job's work (``_job_work``, in process or
+on a remote executor's worker), so a run means the same wherever it runs.
 """
 
 from __future__ import annotations
@@ -9,11 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dsh.jobs import JobOutcome, JobStatus, current_job_id
 from dsh.subagent import (
     PublishedRun,
     StopReason,
@@ -31,11 +29,19 @@ from dsh.tool_subagent._otel import (
     DelegationSpan,
     delegation_span,
     failure_category,
-    remote_parent,
     trace_carrier,
 )
 
-__all__ = ["Finished", "Interrupted", "background_outcome", "killed", "run_to_end", "safe_text"]
+__all__ = [
+    "NO_LIMITS",
+    "Finished",
+    "Interrupted",
+    "finish_span",
+    "killed",
+    "run_to_end",
+    "run_to_end_in",
+    "safe_text",
+]
 
 #: What ``run_to_end`` applies when its caller passes none (the delegation tool always passes
 #: its own, whose stall limit defaults to 900 s).
@@ -170,12 +176,12 @@ async def run_to_end(
     delegation's OpenTelemetry span (``_otel``; default: the provider's name).
     """
     with delegation_span(labels or DelegationLabels(provider, provider), where) as span:
-        end = await _run_to_end(service, provider, request, where, limits, span)
-        _finish_span(span, end)
+        end = await run_to_end_in(service, provider, request, where, limits, span)
+        finish_span(span, end)
         return end
 
 
-async def _run_to_end(
+async def run_to_end_in(
     service: SubagentService,
     provider: str,
     request: SubagentStartRequest,
@@ -220,7 +226,7 @@ async def _run_to_end(
     return Finished(result, dispose, usage=usage, timings=timings)
 
 
-def _finish_span(span: DelegationSpan, end: str | Finished | Interrupted) -> None:
+def finish_span(span: DelegationSpan, end: str | Finished | Interrupted) -> None:
     """How the delegation ended, in its span: only names, numbers and the safe category.
 
     Outcomes: ``completed``, ``error``, ``cancelled``, ``limit``, ``max_tokens``, ``refusal``,
@@ -270,69 +276,3 @@ def _timings(
         answer_s=since(answered),
         tree_exit_s=since(exited),
     )
-
-
-async def background_outcome(
-    service: SubagentService,
-    provider: str,
-    request: SubagentStartRequest,
-    limits: RunLimits = NO_LIMITS,
-    labels: DelegationLabels | None = None,
-    trace_context: Mapping[str, str] | None = None,
-) -> JobOutcome:
-    """A background job's whole work: the run to its end, mapped to the job's outcome.
-
-    A run stopped by a limit ends ``failed`` with the limit's fixed text as the detail.
-    ``trace_context`` is the starting side's ``trace_carrier()`` when the work runs in another
-    process (Ray): the delegation's span continues that trace.
-    """
-    labels = labels or DelegationLabels(provider, provider)
-    with remote_parent(trace_context), delegation_span(labels, "background") as span:
-        job_id = current_job_id()
-        span.event("dsh.job.running", {"dsh.job.id": job_id} if job_id else {})
-        end = await _run_to_end(service, provider, request, "background", limits, span)
-        _finish_span(span, end)
-        status = "killed"  # unless the mapping below returns: it raises only a cancellation
-        try:
-            outcome = _job_outcome(end)
-            status = str(outcome.status)
-        finally:
-            span.event("dsh.job.settled", {"dsh.job.status": status})
-        return outcome
-
-
-def _job_outcome(end: str | Finished | Interrupted) -> JobOutcome:
-    """How a background run ended, as its job's outcome (a job_kill's cancellation raises)."""
-    if isinstance(end, str):
-        if killed():
-            # Killed while starting, and the start then failed instead of raising the
-            # cancellation (a Codex rollback that could not prove exit): keep that fact.
-            return JobOutcome(JobStatus.KILLED, detail=end)
-        return JobOutcome(JobStatus.FAILED, detail=end)
-    if isinstance(end, Interrupted):
-        # job_kill (or an owner close): the run was closed before the job settles, and a
-        # failed teardown stays in the killed job's detail instead of being dropped.
-        if end.dispose is None or not isinstance(end.error, asyncio.CancelledError):
-            raise end.error
-        return JobOutcome(JobStatus.KILLED, detail=f"dispose failed: {end.dispose}")
-    result, dispose = end.result, end.dispose
-    suffix = f"; dispose failed: {dispose}" if dispose else ""
-    meta = end.host_facts()
-    if end.limit is not None:
-        return JobOutcome(
-            JobStatus.FAILED, detail=end.limit + suffix, output=result.text, meta=meta
-        )
-    reason = result.stop_reason
-    if reason == StopReason.COMPLETED:
-        if dispose:
-            failed = f"completed{suffix}"
-            return JobOutcome(JobStatus.FAILED, detail=failed, output=result.text, meta=meta)
-        return JobOutcome(JobStatus.COMPLETED, output=result.text, meta=meta)
-    if reason == StopReason.ABORTED:
-        return JobOutcome(
-            JobStatus.KILLED, detail=suffix[2:] or None, output=result.text, meta=meta
-        )
-    detail = str(reason)
-    if result.diagnostic:
-        detail += f"; diagnostic: {result.diagnostic}"
-    return JobOutcome(JobStatus.FAILED, detail=detail + suffix, output=result.text, meta=meta)

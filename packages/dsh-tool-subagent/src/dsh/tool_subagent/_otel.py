@@ -84,7 +84,7 @@ class DelegationLabels:
 
 def trace_carrier() -> dict[str, str]:
     """The current span's W3C trace context (``traceparent``, ``tracestate``), or ``{}``."""
-    if not _OTEL:
+    if not _OTEL or not _host_configured():
         return {}
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
@@ -165,7 +165,7 @@ def delegation_span(labels: DelegationLabels, mode: str) -> Iterator[DelegationS
     A block that raises (a cancellation) ends the span as ``cancelled`` unless
     :meth:`DelegationSpan.finish` said otherwise.
     """
-    if not _OTEL:
+    if not _OTEL or not _host_configured():
         yield DelegationSpan(None, labels, mode)
         return
     attributes: dict[str, Any] = {
@@ -219,6 +219,15 @@ def remote_parent(carrier: Mapping[str, str] | None) -> Iterator[None]:
 
 
 _TRACERS: list[Any] = []
+
+
+def _host_configured() -> bool:
+    """Whether the host set a tracer or a meter provider (else every span and metric is a no-op,
+    and skipping them saves their cost: about 50 µs of parent CPU per delegation, measured)."""
+    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        return True
+    # The API's placeholder meter provider has no public type; its name is stable across 1.x.
+    return type(metrics.get_meter_provider()).__name__ != "_ProxyMeterProvider"
 
 
 def _tracer() -> Any:

@@ -3,7 +3,7 @@
 The harness sends the provider's ``kind`` and its profile ``config`` (the table the profile
 validated), and the request's plain fields. The worker builds the provider from them (so the
 product's env comes from the worker's own environment plus the config's ``inherit_env`` names)
-and runs :func:`~dsh.tool_subagent._delegation.background_outcome`, the same work as a local job.
+and runs :func:`~dsh.tool_subagent._job_work.background_outcome`, the same work as a local job.
 No live object and no credential value travels: credentials are named, never copied.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from dsh.jobs import JobOutcome, JobStatus, PortableWork
 from dsh.subagent import Parent, SubagentError, SubagentService, SubagentStartRequest, TextBlock
-from dsh.tool_subagent._delegation import background_outcome
+from dsh.tool_subagent._job_work import background_outcome
 from dsh.tool_subagent._known_providers import load_provider
 from dsh.tool_subagent._limits import RunLimits
 from dsh.tool_subagent._otel import DelegationLabels

@@ -20,7 +20,8 @@ from dsh.subagent import (
     TextBlock,
 )
 from dsh.tool_subagent._contract import Caller, Tool
-from dsh.tool_subagent._delegation import Interrupted, background_outcome, killed, run_to_end
+from dsh.tool_subagent._delegation import Interrupted, killed, run_to_end
+from dsh.tool_subagent._job_work import background_outcome
 from dsh.tool_subagent._limits import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TIMEOUT_S, RunLimits
 from dsh.tool_subagent._otel import DelegationLabels, trace_carrier
 from dsh.tool_subagent._portable_job import portable_delegation
