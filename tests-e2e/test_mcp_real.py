@@ -698,6 +698,25 @@ async def _run_hosts(
     return out, err
 
 
+#: A token count the delegated products report: it reaches the MCP client only in ``_meta``
+#: (test_dsh_mcp_serves_both_real_products_over_stdio reads it there), so a real host that kept
+#: ``_meta`` out of its model's context never sends it to its model.
+USAGE_CANARY = 918273
+
+
+def report_usage_canary(codex: FakeResponsesServer, claude: FakeMessagesServer) -> None:
+    codex.usage = {"input_tokens": USAGE_CANARY, "output_tokens": 5, "total_tokens": 918278}
+    claude.usage = {"input_tokens": USAGE_CANARY, "output_tokens": 5}
+
+
+def assert_usage_stayed_host_side(model_inputs: list[str]) -> None:
+    """Neither the count nor the ``dsh/`` meta keys reached what the host sent its model."""
+    seen = "\n".join(model_inputs)
+    assert str(USAGE_CANARY) not in seen
+    assert "dsh/usage" not in seen
+    assert "dsh/timings" not in seen
+
+
 def _assert_host_saw(script: HostScript, foreground_answer: str, background_answer: str) -> None:
     results = script.results
     assert foreground_answer in results[0], results[0]
@@ -720,6 +739,7 @@ async def test_codex_exec_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_re
     )
     async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
         claude.queue_text("claude background answer", match="BG claude host")
+        report_usage_canary(codex, claude)
         profile = write_profile(tmp_path, codex.base_url, claude.base_url)
         paths = {"/path/to/profile.toml": str(profile), "/path/to/project": str(workspace)}
         with threaded_responses_server(codex_host_route(script)) as host_url:
@@ -732,6 +752,7 @@ async def test_codex_exec_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_re
             out, err = await _run_hosts(commands, workspace, {**env, "RUST_LOG": "error"})
         assert out.strip() == "host done", err[-3000:]
         _assert_host_saw(script, "codex says: FG codex host", "claude background answer")
+        assert_usage_stayed_host_side([text for results in script.seen for text in results])
         assert await settle_ours(tmp_path) == []
 
 
@@ -745,6 +766,7 @@ async def test_claude_code_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_r
     )
     async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
         claude.queue_text("claude foreground answer", match="FG claude host")
+        report_usage_canary(codex, claude)
         profile = write_profile(tmp_path, codex.base_url, claude.base_url)
         mcp_json = tmp_path / "dsh-mcp.json"
         paths = {
@@ -759,8 +781,12 @@ async def test_claude_code_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_r
             env = claude_env(tmp_path / "host-claude-root", host.base_url)
             env |= host_tmp(tmp_path / "host-tmp")
             out, err = await _run_hosts(commands, workspace, env)
+            host_bodies = [json.dumps(request.body) for request in host.requests]
         assert out.strip() == "host done", err[-3000:]
         _assert_host_saw(script, "claude foreground answer", "codex says: BG codex host")
+        # Whole request bodies: everything the real host sent its model, tool results included.
+        assert any("claude foreground answer" in body for body in host_bodies)
+        assert_usage_stayed_host_side(host_bodies)
         assert await settle_ours(tmp_path) == []
 
 

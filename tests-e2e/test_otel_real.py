@@ -8,6 +8,7 @@ too. None of them may appear in any attribute, event or status of any span.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from dsh.subagent_codex.testing import (
     SAMPLE_USAGE,
     FakeResponsesServer,
     HttpStatus,
+    Stall,
     write_codex_home,
 )
 from dsh.subagent_codex.testing import hermetic_env as codex_env
@@ -285,3 +287,37 @@ async def test_the_products_tools_see_the_start_spans_trace_context(
         # re-encodes the flags (measured: ``03``), so only the version and ids are compared.
         (value,) = [line for line in seen[product].splitlines() if line.startswith("00-")]
         assert value.startswith(ids), (product, seen[product])
+
+
+@pytest.mark.timeout(180)
+async def test_a_cancelled_real_run_ends_its_span_after_the_tree_is_gone(
+    tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
+    caller = Caller(session_id="otel-cancel", cwd=str(tmp_path))
+    async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
+        codex.queue(Stall(seconds=60))
+        async with harness(tmp_path, codex.base_url, claude.base_url) as built:
+            call = asyncio.create_task(
+                built.tool("subagent_codex").call(
+                    {"description": "cancel", "prompt": PROMPT_CANARY}, caller
+                )
+            )
+            for _ in range(600):  # until the model request is in flight (60 s at most)
+                if codex.requests:
+                    break
+                await asyncio.sleep(0.1)
+            assert codex.requests, "the run never reached the model"
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            codex.release_stalls()
+    span = ours(spans, "subagent_codex")
+    attributes = dict(span.attributes or {})
+    assert (attributes["dsh.outcome"], attributes["error.type"]) == ("cancelled", "cancelled")
+    assert span.status.status_code is StatusCode.UNSET
+    (teardown,) = by_name(spans)["dsh.teardown"]
+    assert dict(teardown.attributes or {}) == {"dsh.tree_exit.proven": True}
+    assert span.end_time is not None
+    assert teardown.end_time is not None
+    assert teardown.end_time <= span.end_time
+    assert_no_canary(spans)
