@@ -264,6 +264,7 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
                 "output_tokens": 30,
                 "reasoning_output_tokens": 7,
                 "total_tokens": 1030,
+                "model_requests": 1,
             }
             assert_run_timings(client.last_meta["dsh/timings"])
             claude_fg = await client.call(

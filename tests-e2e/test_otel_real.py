@@ -123,6 +123,7 @@ async def test_both_products_foreground_and_a_failure(
             codex_attributes = dict(codex_span.attributes or {})
             assert {k: codex_attributes[k] for k in sorted(codex_attributes) if "usage" in k} == {
                 "dsh.usage.context_window": 258400,
+                "dsh.usage.model_requests": 1,
                 "dsh.usage.reasoning_output_tokens": 7,
                 "dsh.usage.total_tokens": 1030,
                 "gen_ai.usage.cache_read.input_tokens": 200,

@@ -33,6 +33,7 @@ async def test_one_request_reports_the_servers_counts(codex_env: Env) -> None:
         reasoning_output_tokens=7,
         total_tokens=1030,
         context_window=258400,
+        model_requests=1,  # one tokenUsage notification per model response
     )
 
 
@@ -54,4 +55,5 @@ async def test_two_requests_are_summed_by_codex(codex_env: Env) -> None:
         reasoning_output_tokens=14,
         total_tokens=2060,
         context_window=258400,
+        model_requests=2,
     )

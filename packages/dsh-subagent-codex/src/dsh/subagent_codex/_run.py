@@ -137,6 +137,7 @@ class CodexRun:
         self._activity = ActivityStamp()
         self._first_output: float | None = None
         self._usage: UsageFacts | None = None
+        self._usage_reports = 0
 
     # -- public surface --------------------------------------------------------------------
     @property
@@ -394,7 +395,9 @@ class CodexRun:
             self._terminal(params.get("turn"))
         elif method == "thread/tokenUsage/updated":
             # Cumulative over the thread; one-shot runs have one turn, so this is the run's.
-            self._usage = usage_from_token_usage(params, model_requests=None)
+            # Codex sends one per model response (measured), so their count is the requests'.
+            self._usage_reports += 1
+            self._usage = usage_from_token_usage(params, model_requests=self._usage_reports)
 
     def _on_turn_started(self, result: dict[str, Any] | None, error: BaseException | None) -> None:
         if self._turn_start_timer is not None:
