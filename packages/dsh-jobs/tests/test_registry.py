@@ -17,6 +17,8 @@ from dsh.jobs import (
     JobSnapshot,
     JobStatus,
     JobWork,
+    attach_job_meta,
+    current_job_id,
 )
 from dsh.jobs.errors import (
     ForeignJobError,
@@ -513,3 +515,24 @@ async def test_a_cancelled_close_owner_still_waits_for_its_jobs_to_settle() -> N
         assert closed == ["closed"], "close_owner ended while its job was still closing"
         with pytest.raises(UnknownJobError):
             jobs.get(job_id, A)
+
+
+async def test_facts_attached_by_work_that_is_then_killed_stay_with_the_job() -> None:
+    assert attach_job_meta({"usage": {"input_tokens": 1}}) is False  # no job's work here
+    attached = asyncio.Event()
+
+    async def work() -> JobOutcome:
+        assert current_job_id() == "subagent-1"
+        assert attach_job_meta({"usage": {"input_tokens": 5}}) is True
+        attached.set()
+        await asyncio.Event().wait()  # until killed
+        return answer("never")
+
+    async with JobRegistry() as jobs:
+        job_id = jobs.start("subagent", "task", A, work)
+        await asyncio.wait_for(attached.wait(), 5)
+        jobs.kill(job_id, A, "enough")
+        snapshot = await jobs.wait(job_id, 5, A)
+    assert snapshot.status is JobStatus.KILLED
+    assert snapshot.meta == {"usage": {"input_tokens": 5}}
+    assert current_job_id() is None

@@ -91,7 +91,7 @@ async def test_a_background_job_keeps_the_facts_for_the_host() -> None:
         )
 
 
-async def test_a_failed_background_run_keeps_its_facts_and_a_killed_one_has_none() -> None:
+async def test_a_failed_and_a_killed_background_run_keep_their_facts() -> None:
     error = SubagentResult(StopReason.ERROR, (), "a safe diagnostic")
     tool, jobs = mount(reporting(result=error, delay=0.02))
     async with jobs:
@@ -107,5 +107,12 @@ async def test_a_failed_background_run_keeps_its_facts_and_a_killed_one_has_none
         jobs.kill("subagent-1", CALLER, "stop")
         killed: JobSnapshot = await jobs.wait("subagent-1", 5, CALLER)
         assert killed.status is JobStatus.KILLED
-        # A killed run's work ends by the cancellation it was sent, with no outcome to carry.
-        assert killed.meta is None
+        # The work ended by the cancellation it was sent, yet what the run had spent stays:
+        # its usage, and the stages it reached (no model output, no answer; the tree's exit
+        # was proven).
+        assert killed.meta is not None
+        assert killed.meta["usage"] == USAGE.as_json()
+        assert list(killed.meta["timings"]) == ["started_s", "tree_exit_s"]
+        read = await JobOutputTool(jobs).call({"job_id": "subagent-1"}, CALLER)
+        assert read.text == "(no new output)\n[status: killed, stop]"
+        assert read.meta == killed.meta

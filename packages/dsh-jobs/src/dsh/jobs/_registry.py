@@ -32,7 +32,7 @@ from dsh.jobs.errors import (
     UnknownJobError,
 )
 
-__all__ = ["JobRegistry", "JobWork", "current_job_id"]
+__all__ = ["JobRegistry", "JobWork", "attach_job_meta", "current_job_id"]
 
 logger = logging.getLogger("dsh.jobs")
 
@@ -76,7 +76,7 @@ class _Job:
         )
 
 
-_CURRENT_JOB: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+_CURRENT_JOB: contextvars.ContextVar[_Job | None] = contextvars.ContextVar(
     "dsh.jobs.current_job", default=None
 )
 
@@ -87,7 +87,22 @@ def current_job_id() -> str | None:
     Set where the registry runs the work, so work run in this process (``LocalExecutor``) sees
     it; work an executor runs elsewhere does not.
     """
-    return _CURRENT_JOB.get()
+    job = _CURRENT_JOB.get()
+    return job.id if job is not None else None
+
+
+def attach_job_meta(meta: Mapping[str, Any]) -> bool:
+    """Keep ``meta`` as the host-only facts of the job whose work runs in this task.
+
+    For work that ends by raising (a killed job's cancellation), which returns no
+    :class:`JobOutcome` to carry them; an outcome's own ``meta`` replaces them. Returns whether
+    a job was there to take them (not outside a job's work, nor on a remote executor's worker).
+    """
+    job = _CURRENT_JOB.get()
+    if job is None:
+        return False
+    job.meta = dict(meta)
+    return True
 
 
 def _session_of(owner: JobOwner | None) -> str | None:
@@ -167,7 +182,7 @@ class JobRegistry:
         return job.id
 
     async def _run(self, job: _Job, work: JobWork) -> JobOutcome:
-        _CURRENT_JOB.set(job.id)  # the job task's own context: its work can tell its id
+        _CURRENT_JOB.set(job)  # the job task's own context: its work can tell its id
 
         def started(where: str | None) -> None:
             job.where = where
@@ -198,7 +213,8 @@ class JobRegistry:
                 status, detail = JobStatus.FAILED, _safe_exception_detail(exc)
         else:
             outcome = task.result()
-            job.meta = dict(outcome.meta) if outcome.meta is not None else None
+            if outcome.meta is not None:
+                job.meta = dict(outcome.meta)
             if job.kill_requested and outcome.status is not JobStatus.KILLED:
                 status, detail = JobStatus.KILLED, job.kill_reason
             elif job.kill_requested:

@@ -37,6 +37,7 @@ __all__ = [
     "Finished",
     "Interrupted",
     "finish_span",
+    "host_facts",
     "killed",
     "run_to_end",
     "run_to_end_in",
@@ -70,12 +71,7 @@ class Finished:
 
     def host_facts(self) -> dict[str, Any] | None:
         """The host-only facts (``ToolResult.meta``, ``JobOutcome.meta``), or ``None``."""
-        facts: dict[str, Any] = {}
-        if self.usage is not None:
-            facts["usage"] = self.usage.as_json()
-        if self.timings is not None:
-            facts["timings"] = self.timings.as_json()
-        return facts or None
+        return host_facts(self.usage, self.timings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +87,22 @@ class Interrupted:
 
     error: BaseException
     dispose: str | None
+    usage: UsageFacts | None = None
+    timings: RunTimings | None = None
+
+    def host_facts(self) -> dict[str, Any] | None:
+        """What the run had spent when it was cancelled (a killed job keeps it), or ``None``."""
+        return host_facts(self.usage, self.timings)
+
+
+def host_facts(usage: UsageFacts | None, timings: RunTimings | None) -> dict[str, Any] | None:
+    """``{"usage": ..., "timings": ...}`` as JSON values, leaving out what is unknown."""
+    facts: dict[str, Any] = {}
+    if usage is not None:
+        facts["usage"] = usage.as_json()
+    if timings is not None:
+        facts["timings"] = timings.as_json()
+    return facts or None
 
 
 def safe_text(exc: BaseException) -> str:
@@ -212,14 +224,14 @@ async def run_to_end_in(
             error = exc
         watchdog.stop()
         span.first_activity(turn, first_activity(run))
-    answered = clock()
+    answered = None if error is not None else clock()
     with span.phase("dsh.teardown") as teardown:
         dispose = await _dispose(run, where)
         if teardown is not None:
             teardown.set_attribute("dsh.tree_exit.proven", dispose is None)
-    if error is not None:
-        return Interrupted(error, dispose)
     timings = _timings(run, began, started, answered, None if dispose else clock())
+    if error is not None:
+        return Interrupted(error, dispose, run.usage, timings)
     usage = run.usage
     if watchdog.expired is not None and result.stop_reason != StopReason.COMPLETED:
         return Finished(result, dispose, watchdog.expired, watchdog.field, usage, timings)
@@ -257,7 +269,7 @@ def finish_span(span: DelegationSpan, end: str | Finished | Interrupted) -> None
 
 
 def _timings(
-    run: PublishedRun, began: float, started: float, answered: float, exited: float | None
+    run: PublishedRun, began: float, started: float, answered: float | None, exited: float | None
 ) -> RunTimings:
     """The run's stamps in seconds since ``began``, all on the loop's clock.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
-from dsh.jobs import JobOutcome, JobStatus, current_job_id
+from dsh.jobs import JobOutcome, JobStatus, attach_job_meta, current_job_id
 from dsh.subagent import StopReason, SubagentService, SubagentStartRequest
 from dsh.tool_subagent._delegation import (
     NO_LIMITS,
@@ -64,10 +64,15 @@ def _job_outcome(end: str | Finished | Interrupted) -> JobOutcome:
         return JobOutcome(JobStatus.FAILED, detail=end)
     if isinstance(end, Interrupted):
         # job_kill (or an owner close): the run was closed before the job settles, and a
-        # failed teardown stays in the killed job's detail instead of being dropped.
+        # failed teardown stays in the killed job's detail instead of being dropped. What the
+        # run spent until then stays with the job although its work ends by raising.
+        meta = end.host_facts()
+        if meta is not None:
+            attach_job_meta(meta)
         if end.dispose is None or not isinstance(end.error, asyncio.CancelledError):
             raise end.error
-        return JobOutcome(JobStatus.KILLED, detail=f"dispose failed: {end.dispose}")
+        detail = f"dispose failed: {end.dispose}"
+        return JobOutcome(JobStatus.KILLED, detail=detail, meta=meta)
     result, dispose = end.result, end.dispose
     suffix = f"; dispose failed: {dispose}" if dispose else ""
     meta = end.host_facts()
