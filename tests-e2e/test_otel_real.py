@@ -203,15 +203,15 @@ async def test_spans_export_over_otlp_http_to_a_loopback_collector(tmp_path: Pat
                     )
                     assert result.text == "exported"
         # Leaving the block flushed the batch processor: the collector has the spans.
-        names = sorted(name for name, _, _ in receiver.spans)
+        names = sorted(span.name for span in receiver.spans)
         assert receiver.paths
         assert set(receiver.paths) == {"/v1/traces"}
     assert names == ["dsh.start", "dsh.teardown", "dsh.turn", "invoke_agent subagent_codex"]
-    (root,) = [attrs for name, _, attrs in receiver.spans if name.startswith("invoke_agent")]
+    (root,) = [s.attributes for s in receiver.spans if s.name.startswith("invoke_agent")]
     assert root["gen_ai.usage.input_tokens"] == 1000
     assert root["gen_ai.operation.name"] == "invoke_agent"
-    assert len({trace_id for _, trace_id, _ in receiver.spans}) == 1
-    assert all(PROMPT_CANARY not in repr(attrs) for _, _, attrs in receiver.spans)
+    assert len({span.trace_id for span in receiver.spans}) == 1
+    assert all(PROMPT_CANARY not in repr(span.attributes) for span in receiver.spans)
 
 
 def _codex_tool_output(server: FakeResponsesServer) -> str:
@@ -284,10 +284,11 @@ async def test_the_products_tools_see_the_start_spans_trace_context(
         start = starts[root.context.span_id]
         assert start.context is not None
         ids = f"00-{start.context.trace_id:032x}-{start.context.span_id:016x}-"
-        # Codex wraps a command's output in a header; the value is the last line. Codex
-        # re-encodes the flags (measured: ``03``), so only the version and ids are compared.
+        # Codex wraps a command's output in a header; the value is its own line. The SDK's
+        # span has the flags 03; the products get the sampled bit only (Codex rejects 03).
+        assert start.context.trace_flags == 0x03
         (value,) = [line for line in seen[product].splitlines() if line.startswith("00-")]
-        assert value.startswith(ids), (product, seen[product])
+        assert value == ids + "01", (product, seen[product])
 
 
 @pytest.mark.timeout(180)

@@ -33,6 +33,7 @@ __all__ = [
     "SPAN_DIR_ENV",
     "Capture",
     "OtlpReceiver",
+    "ReceivedSpan",
     "capture",
     "export_spans_to_dir",
     "read_span_dir",
@@ -191,11 +192,22 @@ def read_span_dir(directory: Path) -> list[dict[str, Any]]:
     return records
 
 
+@dataclass(frozen=True)
+class ReceivedSpan:
+    """One exported span: its name, ids as hex (``parent_id`` empty for a root) and attributes."""
+
+    name: str
+    trace_id: str
+    span_id: str
+    parent_id: str
+    attributes: dict[str, Any]
+
+
 class OtlpReceiver:
     """An OTLP/HTTP trace receiver on 127.0.0.1: ``endpoint`` takes ``POST /v1/traces``.
 
-    ``spans`` are the received spans as ``(name, trace_id hex, {attribute: value})``. Use as a
-    context manager; it stops its server on exit.
+    ``spans`` are the received spans (protobuf bodies). Use as a context manager; it stops its
+    server on exit.
     """
 
     def __init__(self) -> None:
@@ -203,7 +215,7 @@ class OtlpReceiver:
 
         from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-        self.spans: list[tuple[str, str, dict[str, Any]]] = []
+        self.spans: list[ReceivedSpan] = []
         self.paths: list[str] = []
         received, paths = self.spans, self.paths
 
@@ -216,8 +228,15 @@ class OtlpReceiver:
                 for resource in request.resource_spans:
                     for scope in resource.scope_spans:
                         for span in scope.spans:
-                            attributes = {a.key: _any_value(a.value) for a in span.attributes}
-                            received.append((span.name, span.trace_id.hex(), attributes))
+                            received.append(
+                                ReceivedSpan(
+                                    span.name,
+                                    span.trace_id.hex(),
+                                    span.span_id.hex(),
+                                    span.parent_span_id.hex(),
+                                    {a.key: _any_value(a.value) for a in span.attributes},
+                                )
+                            )
                 reply = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
@@ -235,6 +254,9 @@ class OtlpReceiver:
     def endpoint(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}/v1/traces"
+
+    def named(self, name: str) -> list[ReceivedSpan]:
+        return [span for span in self.spans if span.name == name]
 
     def __enter__(self) -> OtlpReceiver:
         self._thread.start()

@@ -269,6 +269,13 @@ async def test_a_spawn_in_a_trace_context_carries_it_and_only_there(
     with spawn_trace_context({"traceparent": TRACEPARENT, "tracestate": "dsh=1"}):
         stated = await _child_env(runtime, {})
     assert (stated["TRACEPARENT"], stated["TRACESTATE"]) == (TRACEPARENT, "dsh=1")
+    # The products get the sampled bit only: Codex rejects the SDK's "03" (random trace id).
+    with spawn_trace_context({"traceparent": TRACEPARENT[:-2] + "03"}):
+        level_one = await _child_env(runtime, {})
+    assert level_one["TRACEPARENT"] == TRACEPARENT
+    with spawn_trace_context({"traceparent": TRACEPARENT[:-2] + "02"}):
+        unsampled = await _child_env(runtime, {})
+    assert unsampled["TRACEPARENT"] == TRACEPARENT[:-2] + "00"
     with spawn_trace_context({}):  # no recording span: nothing changes
         empty = await _child_env(runtime, {})
     assert empty["TRACEPARENT"] == "00-ambient-ambient-01"

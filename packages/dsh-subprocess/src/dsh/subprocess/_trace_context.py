@@ -32,16 +32,30 @@ _CARRIER: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.Context
 def spawn_trace_context(carrier: Mapping[str, str]) -> Iterator[None]:
     """Processes spawned in this block get ``carrier`` (a propagator's output) in their env.
 
-    An empty carrier (no span is recording) changes nothing.
+    An empty carrier (no span is recording) changes nothing. The products get the W3C level-1
+    flags (the sampled bit only): Codex 0.163.0 takes a ``traceparent`` with any other bit set
+    (the ``03`` that OpenTelemetry's Python SDK writes for a random trace id) as invalid and
+    starts a trace of its own (docs/trace-context-facts.md).
     """
-    if not carrier.get("traceparent"):
+    traceparent = carrier.get("traceparent")
+    if not traceparent:
         yield
         return
-    token = _CARRIER.set(dict(carrier))
+    token = _CARRIER.set({**carrier, "traceparent": _level_one(traceparent)})
     try:
         yield
     finally:
         _CARRIER.reset(token)
+
+
+def _level_one(traceparent: str) -> str:
+    """``traceparent`` with only the sampled bit of its flags kept (unchanged if malformed)."""
+    head, sep, flags = traceparent.rpartition("-")
+    try:
+        sampled = int(flags, 16) & 0x01
+    except ValueError:
+        return traceparent
+    return f"{head}{sep}{sampled:02x}" if sep and len(flags) == 2 else traceparent
 
 
 def current_trace_context() -> Mapping[str, str] | None:
