@@ -20,6 +20,7 @@ import pytest
 from dsh.subagent_claude_code.testing import FakeMessagesServer
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex.testing import (
+    SAMPLE_USAGE,
     FakeResponsesServer,
     HttpStatus,
     Stall,
@@ -120,6 +121,30 @@ async def test_dsh_run_background_claude_code_answer(setup: Setup) -> None:
     assert ran.stderr == "started background subagent job subagent-1\n"
     assert [r.task for r in setup.claude.requests] == ["CLI-BG task"]
     assert await _left_by(ran.pid) == []
+
+
+async def test_dsh_run_background_json_carries_the_jobs_usage_facts(setup: Setup) -> None:
+    setup.codex.queue_text("bg json answer")
+    setup.codex.usage = dict(SAMPLE_USAGE)
+    ran = await _dsh(setup, "--background", "--json", "CLI-BG-JSON task")
+    assert ran.exit_code == 0, ran.stderr
+    report = json.loads(ran.stdout)
+    assert (report["text"], report["job_id"], report["stop_reason"]) == (
+        "bg json answer",
+        "subagent-1",
+        "completed",
+    )
+    # The job's host-only facts, measured where the job ran: the server's counts, and dsh's
+    # stamps of every stage.
+    assert {k: v for k, v in report["usage"].items() if k != "context_window"} == {
+        "input_tokens": 1000,
+        "cached_input_tokens": 200,
+        "output_tokens": 30,
+        "reasoning_output_tokens": 7,
+        "total_tokens": 1030,
+        "model_requests": 1,
+    }
+    assert list(report["timings"]) == ["started_s", "first_activity_s", "answer_s", "tree_exit_s"]
 
 
 @pytest.mark.parametrize(

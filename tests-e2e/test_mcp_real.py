@@ -28,12 +28,13 @@ import psutil
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 
-from dsh.subagent_claude_code.testing import Behaviour, FakeMessagesServer
+from dsh.subagent_claude_code.testing import Behaviour, FakeMessagesServer, host_tmp
 from dsh.subagent_claude_code.testing import RecordedRequest as ClaudeRequest
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex.testing import (
     FAKE_API_KEY,
     FAKE_KEY_ENV,
+    SAMPLE_USAGE,
     FakeResponsesServer,
     FunctionCallItem,
     HttpStatus,
@@ -62,6 +63,15 @@ CODEX_FAILURE = (
     " (product: Codex; stage: turn; category: internalServerError)"
 )
 TOOL_NAMES = ["subagent_codex", "subagent_claude_code", "job_output", "job_list", "job_kill"]
+
+
+def assert_run_timings(timings: Mapping[str, float]) -> None:
+    """dsh's own stamps of a run that answered: every stage reached, in order."""
+    stages = ["started_s", "first_activity_s", "answer_s", "tree_exit_s"]
+    assert list(timings) == stages
+    values = [timings[stage] for stage in stages]
+    assert values[0] > 0
+    assert values == sorted(values)
 
 
 def _toml_string(value: str) -> str:
@@ -230,13 +240,7 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
         expected_tools = Harness.from_profile(profile).tools  # building starts nothing
         claude.queue_text("claude foreground answer", match="FG claude")
         claude.queue_text("claude background answer", match="BG claude")
-        codex.usage = {
-            "input_tokens": 1000,
-            "input_tokens_details": {"cached_tokens": 200},
-            "output_tokens": 30,
-            "output_tokens_details": {"reasoning_tokens": 7},
-            "total_tokens": 1030,
-        }
+        codex.usage = dict(SAMPLE_USAGE)
         claude.usage = {"input_tokens": 11, "output_tokens": 7, "cache_read_input_tokens": 13}
 
         async with mcp_client(profile, workspace) as client:
@@ -260,7 +264,9 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
                 "output_tokens": 30,
                 "reasoning_output_tokens": 7,
                 "total_tokens": 1030,
+                "model_requests": 1,
             }
+            assert_run_timings(client.last_meta["dsh/timings"])
             claude_fg = await client.call(
                 "subagent_claude_code", {"description": "fg claude", "prompt": "FG claude task"}
             )
@@ -273,6 +279,7 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
             }
             assert claude_usage["cached_input_tokens"] == 13
             assert claude_usage["cost_usd"] > 0
+            assert_run_timings(client.last_meta["dsh/timings"])
 
             # Background on Claude Code, collected by job_output with wait.
             started = await client.call(
@@ -284,6 +291,10 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
                 "job_output", {"job_id": "subagent-1", "wait": True, "timeout_ms": 90000}
             )
             assert collected == ("claude background answer\n[status: completed]", False)
+            # A background job's host-only facts ride in job_output's ``_meta`` the same way.
+            assert client.last_meta is not None
+            assert client.last_meta["dsh/usage"] == claude_usage
+            assert_run_timings(client.last_meta["dsh/timings"])
 
             # Background on Codex: the completion notice arrives as an MCP log notification.
             started = await client.call(
@@ -299,6 +310,9 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
             )
             collected = await client.call("job_output", {"job_id": "subagent-2", "wait": True})
             assert collected == ("codex says: BG codex task 2\n[status: completed]", False)
+            assert client.last_meta is not None
+            assert client.last_meta["dsh/usage"] == codex_usage
+            assert_run_timings(client.last_meta["dsh/timings"])
 
             # A real model-side failure: isError with the safe diagnostic, no raw body.
             failed = await client.call(
@@ -685,6 +699,25 @@ async def _run_hosts(
     return out, err
 
 
+#: A token count the delegated products report: it reaches the MCP client only in ``_meta``
+#: (test_dsh_mcp_serves_both_real_products_over_stdio reads it there), so a real host that kept
+#: ``_meta`` out of its model's context never sends it to its model.
+USAGE_CANARY = 918273
+
+
+def report_usage_canary(codex: FakeResponsesServer, claude: FakeMessagesServer) -> None:
+    codex.usage = {"input_tokens": USAGE_CANARY, "output_tokens": 5, "total_tokens": 918278}
+    claude.usage = {"input_tokens": USAGE_CANARY, "output_tokens": 5}
+
+
+def assert_usage_stayed_host_side(model_inputs: list[str]) -> None:
+    """Neither the count nor the ``dsh/`` meta keys reached what the host sent its model."""
+    seen = "\n".join(model_inputs)
+    assert str(USAGE_CANARY) not in seen
+    assert "dsh/usage" not in seen
+    assert "dsh/timings" not in seen
+
+
 def _assert_host_saw(script: HostScript, foreground_answer: str, background_answer: str) -> None:
     results = script.results
     assert foreground_answer in results[0], results[0]
@@ -707,6 +740,7 @@ async def test_codex_exec_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_re
     )
     async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
         claude.queue_text("claude background answer", match="BG claude host")
+        report_usage_canary(codex, claude)
         profile = write_profile(tmp_path, codex.base_url, claude.base_url)
         paths = {"/path/to/profile.toml": str(profile), "/path/to/project": str(workspace)}
         with threaded_responses_server(codex_host_route(script)) as host_url:
@@ -719,6 +753,7 @@ async def test_codex_exec_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_re
             out, err = await _run_hosts(commands, workspace, {**env, "RUST_LOG": "error"})
         assert out.strip() == "host done", err[-3000:]
         _assert_host_saw(script, "codex says: FG codex host", "claude background answer")
+        assert_usage_stayed_host_side([text for results in script.seen for text in results])
         assert await settle_ours(tmp_path) == []
 
 
@@ -732,6 +767,7 @@ async def test_claude_code_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_r
     )
     async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
         claude.queue_text("claude foreground answer", match="FG claude host")
+        report_usage_canary(codex, claude)
         profile = write_profile(tmp_path, codex.base_url, claude.base_url)
         mcp_json = tmp_path / "dsh-mcp.json"
         paths = {
@@ -744,9 +780,14 @@ async def test_claude_code_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_r
             commands = recipe_commands(recipe_name, paths)  # `claude mcp add`, then `claude -p`
             assert commands[-1][:2] == ["claude", "-p"]
             env = claude_env(tmp_path / "host-claude-root", host.base_url)
+            env |= host_tmp(tmp_path / "host-tmp")
             out, err = await _run_hosts(commands, workspace, env)
+            host_bodies = [json.dumps(request.body) for request in host.requests]
         assert out.strip() == "host done", err[-3000:]
         _assert_host_saw(script, "claude foreground answer", "codex says: BG codex host")
+        # Whole request bodies: everything the real host sent its model, tool results included.
+        assert any("claude foreground answer" in body for body in host_bodies)
+        assert_usage_stayed_host_side(host_bodies)
         assert await settle_ours(tmp_path) == []
 
 
@@ -1007,6 +1048,7 @@ async def test_claude_code_as_host_gets_the_stall_limit_of_a_stalled_codex_subag
         with FakeMessagesServer(route=claude_host_route(script)) as host:  # type: ignore[arg-type]
             commands = recipe_commands("claude-mcp-config", paths)
             env = claude_env(tmp_path / "host-claude-root", host.base_url)
+            env |= host_tmp(tmp_path / "host-tmp")
             out, err = await _run_hosts(commands, workspace, env)
         assert out.strip() == "host done", err[-3000:]
     _assert_stopped_in_time(script, stalled)

@@ -31,6 +31,7 @@ import pytest
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
 import ray
+from otel_capture import SPAN_DIR_ENV
 from ray._private import ray_constants
 from ray._private.authentication_test_utils import reset_auth_token_state
 from ray.cluster_utils import Cluster
@@ -62,6 +63,8 @@ RUNS_PER_NODE = 3
 NODE_RESOURCE = "dsh_node"
 #: Every node listens on the loopback interface only.
 LOOPBACK = "127.0.0.1"
+#: The repository's tools/ (test helpers a worker process imports, such as otel_capture).
+TOOLS_DIR = Path(__file__).resolve().parents[2] / "tools"
 
 
 def _raylet_pids(node: Any) -> set[int]:
@@ -243,8 +246,14 @@ def ray_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayKit]:
             # another program's memory, which is no failure of the code under test.
             "RAY_memory_monitor_refresh_ms": "0",
             CANARY_ENV: CANARY,
+            # A worker setup step in tools/otel_capture.py writes the workers' spans here.
+            SPAN_DIR_ENV: str(temp_dir / "spans"),
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(TOOLS_DIR), os.environ.get("PYTHONPATH", "")])
+            ),
         }
     )
+    (temp_dir / "spans").mkdir()
     # Ray read RAY_AUTH_MODE when it was imported; its own test helper re-reads the config.
     reset_auth_token_state()
     monkeypatch = pytest.MonkeyPatch()

@@ -22,7 +22,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 
 from dsh.subagent_claude_code._command import bundled_cli
-from dsh.subagent_claude_code.testing import Behaviour, FakeMessagesServer
+from dsh.subagent_claude_code.testing import Behaviour, FakeMessagesServer, host_tmp
 from dsh.subagent_claude_code.testing import RecordedRequest as ClaudeRequest
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subprocess import Collect, SpawnSpec, default_runtime
@@ -207,6 +207,7 @@ async def test_claude_code_as_mcp_host_runs_a_background_job_on_the_cluster(
     model = HostModel()
     with FakeMessagesServer(route=model.route) as host, ray_kit.nodes_running_marked() as nodes:
         env = claude_env(tmp_path / "host-claude", host.base_url)
+        env |= host_tmp(tmp_path / "host-tmp")
         argv = [str(bundled_cli()), "-p", "delegate it", "--mcp-config", str(mcp_json)]
         argv += ["--strict-mcp-config", "--permission-mode", "bypassPermissions"]
         argv += ["--allowedTools", f"{NAMESPACE}__*", "--no-session-persistence"]

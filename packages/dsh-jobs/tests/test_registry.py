@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,8 @@ from dsh.jobs import (
     JobSnapshot,
     JobStatus,
     JobWork,
+    attach_job_meta,
+    current_job_id,
 )
 from dsh.jobs.errors import (
     ForeignJobError,
@@ -470,6 +473,7 @@ def test_outcome_must_be_terminal_and_snapshot_status_line() -> None:
         "finished_at",
         "reported",
         "where",
+        "meta",
     }
 
 
@@ -480,6 +484,13 @@ def test_jobs_config_rules() -> None:
         JobsConfig(wait_timeout_ms=10, max_wait_timeout_ms=5)
     with pytest.raises(ValueError, match="extra"):
         JobsConfig(unknown=1)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match='worker_setup is a setting of executor = "ray"'):
+        JobsConfig(worker_setup=("otel_setup:configure",))
+    with pytest.raises(ValueError, match=r'is not a "package\.module:function" name'):
+        JobsConfig(executor="ray", worker_setup=("otel_setup.configure",))
+    names: Any = ["pkg.otel_setup:configure"]  # a TOML array arrives as a list
+    named = JobsConfig(executor="ray", worker_setup=names)
+    assert named.worker_setup == ("pkg.otel_setup:configure",)
 
 
 async def test_a_cancelled_close_owner_still_waits_for_its_jobs_to_settle() -> None:
@@ -504,3 +515,24 @@ async def test_a_cancelled_close_owner_still_waits_for_its_jobs_to_settle() -> N
         assert closed == ["closed"], "close_owner ended while its job was still closing"
         with pytest.raises(UnknownJobError):
             jobs.get(job_id, A)
+
+
+async def test_facts_attached_by_work_that_is_then_killed_stay_with_the_job() -> None:
+    assert attach_job_meta({"usage": {"input_tokens": 1}}) is False  # no job's work here
+    attached = asyncio.Event()
+
+    async def work() -> JobOutcome:
+        assert current_job_id() == "subagent-1"
+        assert attach_job_meta({"usage": {"input_tokens": 5}}) is True
+        attached.set()
+        await asyncio.Event().wait()  # until killed
+        return answer("never")
+
+    async with JobRegistry() as jobs:
+        job_id = jobs.start("subagent", "task", A, work)
+        await asyncio.wait_for(attached.wait(), 5)
+        jobs.kill(job_id, A, "enough")
+        snapshot = await jobs.wait(job_id, 5, A)
+    assert snapshot.status is JobStatus.KILLED
+    assert snapshot.meta == {"usage": {"input_tokens": 5}}
+    assert current_job_id() is None

@@ -49,6 +49,36 @@ async def test_job_output_wait_returns_answer_and_status_twice() -> None:
         assert first.value["status"] == "completed"
 
 
+async def test_host_only_facts_reach_the_snapshot_and_job_output_meta_never_its_text() -> None:
+    facts = {"usage": {"input_tokens": 11}, "timings": {"answer_s": 0.5}}
+    async with JobRegistry() as jobs:
+        output, listing, _ = job_tools(jobs)
+        release = asyncio.Event()
+
+        async def work(meta: Mapping[str, Any] | None) -> JobOutcome:
+            await release.wait()
+            return JobOutcome(JobStatus.COMPLETED, output="the answer", meta=meta)
+
+        with_facts = jobs.start("subagent", "task", A, lambda: work(facts))
+        without = jobs.start("subagent", "task", A, lambda: work(None))
+        running = await output.call({"job_id": with_facts}, A)
+        assert running.meta is None  # nothing until the work settled
+        release.set()
+        snapshot = await jobs.wait(with_facts, 5, A)
+        assert snapshot.meta == facts
+        read = await output.call({"job_id": with_facts}, A)
+        plain = await output.call({"job_id": without, "wait": True}, A)
+        assert read.meta == facts
+        assert plain.meta is None
+        # What a model sees is the same with the facts as without them.
+        assert read.text == plain.text
+        assert read.value == {**(plain.value or {}), "job_id": with_facts}
+        assert read.text == "the answer\n[status: completed]"
+        listed = await listing.call({}, A)
+        assert listed.meta is None
+        assert "input_tokens" not in str(listed.value)
+
+
 async def test_job_output_without_wait_does_not_block_and_timeout_is_not_error() -> None:
     async with JobRegistry(JobsConfig(wait_timeout_ms=20)) as jobs:
         output, _, kill = job_tools(jobs)

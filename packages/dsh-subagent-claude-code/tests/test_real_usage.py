@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,13 @@ async def test_one_request_reports_the_servers_counts(
     server.queue_text("done")
     provider = make_provider(model="claude-sonnet-5-5", env={"ANTHROPIC_API_KEY": "sk-ant-k1"})
     run = await provider.start(make_request("count", workspace))
+    published = time.monotonic()
+    assert run.first_activity is None  # the model has not answered yet
     result = await run.result()
     await run.aclose()
+    # The first assistant message came after the prompt and no later than the result.
+    assert run.first_activity is not None
+    assert published < run.first_activity <= time.monotonic()
     assert result.stop_reason == StopReason.COMPLETED
     assert result.text == "done"
     assert len(server.requests) == 1

@@ -2,29 +2,26 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any as Env
 
 import pytest
 
 from dsh.subagent import StopReason, UsageFacts
+from dsh.subagent_codex.testing import SAMPLE_USAGE
 
 pytestmark = pytest.mark.real_product
 
-# Numbers chosen apart so a swapped or dropped field shows.
-_USAGE = {
-    "input_tokens": 1000,
-    "input_tokens_details": {"cached_tokens": 200},
-    "output_tokens": 30,
-    "output_tokens_details": {"reasoning_tokens": 7},
-    "total_tokens": 1030,
-}
-
 
 async def test_one_request_reports_the_servers_counts(codex_env: Env) -> None:
-    codex_env.server.usage = dict(_USAGE)
+    codex_env.server.usage = dict(SAMPLE_USAGE)
     codex_env.server.queue_text("done", phase="final_answer")
     async with await codex_env.provider().start(codex_env.request("count")) as run:
+        published = time.monotonic()
         result = await run.result()
+        # The turn's first model item came after publication (the echoed prompt does not count).
+        assert run.first_activity is not None
+        assert published < run.first_activity <= time.monotonic()
     assert result.stop_reason is StopReason.COMPLETED
     assert result.text == "done"
     assert len(codex_env.server.requests) == 1
@@ -36,11 +33,12 @@ async def test_one_request_reports_the_servers_counts(codex_env: Env) -> None:
         reasoning_output_tokens=7,
         total_tokens=1030,
         context_window=258400,
+        model_requests=1,  # one tokenUsage notification per model response
     )
 
 
 async def test_two_requests_are_summed_by_codex(codex_env: Env) -> None:
-    codex_env.server.usage = dict(_USAGE)
+    codex_env.server.usage = dict(SAMPLE_USAGE)
     command = {"cmd": "true", "login": False, "yield_time_ms": 20000}
     codex_env.server.queue_tool_call("exec_command", command)
     codex_env.server.queue_text("done", phase="final_answer")
@@ -57,4 +55,5 @@ async def test_two_requests_are_summed_by_codex(codex_env: Env) -> None:
         reasoning_output_tokens=14,
         total_tokens=2060,
         context_window=258400,
+        model_requests=2,
     )

@@ -2,6 +2,7 @@
 
 import asyncio
 import logging
+import time
 
 import pytest
 
@@ -241,19 +242,15 @@ async def test_raising_result_is_reported_as_error() -> None:
 
 async def test_the_published_run_forwards_the_provider_runs_usage() -> None:
     facts = UsageFacts(input_tokens=3, output_tokens=4)
-
-    class Counting(FakeProvider):
-        async def start(self, request):  # type: ignore[no-untyped-def]
-            run = await super().start(request)
-            run.usage = facts  # type: ignore[attr-defined]
-            return run
-
     async with SubagentService() as service:
-        service.register(Counting("c"))
+        service.register(FakeProvider("c", usage=facts))
         service.register(FakeProvider("plain"))
         counted = await service.start("c", _request())
         plain = await service.start("plain", _request())
+        await counted.result()
         assert counted.usage is facts
+        assert counted.first_activity is not None
+        assert counted.first_activity <= time.monotonic()
         assert plain.usage is None  # a provider that reports none
         await counted.aclose()
         await plain.aclose()

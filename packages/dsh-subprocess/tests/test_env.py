@@ -11,6 +11,7 @@ from dsh.subprocess import (
     AGENT_SOCKET_NAMES,
     CORE_ENV_NAMES,
     SCRUB_EXEMPT_NAMES,
+    TRACE_CONTEXT_ENV,
     TREE_MARKER_ENV,
     Collect,
     EnvForwarding,
@@ -20,6 +21,7 @@ from dsh.subprocess import (
     is_credential_env,
     policy_overlay,
     scrubbed_parent_env,
+    spawn_trace_context,
 )
 
 AMBIENT = ["X_TOKEN", "X_PASSWORD", "X_API_KEY", "DSH_FOO", "dsh_lower", "MONKEY_X"]
@@ -49,6 +51,10 @@ LEAKED = {
     # Agent sockets sign with every loaded key: a credential (forwarded only by name).
     "SSH_AUTH_SOCK": "/run/user/1/ssh.sock",
     "GPG_AGENT_INFO": "/run/user/1/gnupg/S.gpg-agent:0:1",
+    # Exporter and request headers carry API keys in values no value pattern knows.
+    "OTEL_EXPORTER_OTLP_HEADERS": "x-honeycomb-team=abc123",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "api-key=abc123",
+    "ANTHROPIC_CUSTOM_HEADERS": "X-Api-Key: abc123",
 }
 KEPT = {
     "PWD": "/w",
@@ -58,6 +64,12 @@ KEPT = {
     "DOCS_URL": "https://example.org/a:b@c",
     "PYTHONPATH": "/p",
     "PATH_EXTRA": "/q",
+    # The OpenTelemetry settings that hold no secret stay for the products.
+    "OTEL_SERVICE_NAME": "svc",
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318",
+    "OTEL_RESOURCE_ATTRIBUTES": "team=a",
+    "CLAUDE_CODE_ENABLE_TELEMETRY": "1",
+    "HEADERLESS_MODE": "1",
 }
 
 
@@ -233,3 +245,38 @@ def test_env_forwarding_of_a_provider_config() -> None:
     )
     ambient = {"KEY": "k", "INHERITED": "i", "PRODUCT_HOME": "/h", "OTHER": "o"}
     assert forwarding.overlay(ambient) == {"KEY": "k", "INHERITED": "i", "OTHER": None, "SET": "1"}
+
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+async def test_a_spawn_in_a_trace_context_carries_it_and_only_there(
+    runtime: SubprocessRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRACEPARENT", "00-ambient-ambient-01")
+    monkeypatch.setenv("TRACESTATE", "vendor=ambient")
+    outside = await _child_env(runtime, {})
+    assert (outside["TRACEPARENT"], outside["TRACESTATE"]) == (
+        "00-ambient-ambient-01",
+        "vendor=ambient",
+    )
+    with spawn_trace_context({"traceparent": TRACEPARENT}):
+        inside = await _child_env(runtime, {})
+        given = await _child_env(runtime, {"TRACEPARENT": "00-given-given-01"})
+    assert inside["TRACEPARENT"] == TRACEPARENT
+    assert "TRACESTATE" not in inside  # the ambient state belonged to another parent
+    assert given["TRACEPARENT"] == "00-given-given-01"  # the spawn's own overlay wins
+    with spawn_trace_context({"traceparent": TRACEPARENT, "tracestate": "dsh=1"}):
+        stated = await _child_env(runtime, {})
+    assert (stated["TRACEPARENT"], stated["TRACESTATE"]) == (TRACEPARENT, "dsh=1")
+    # The products get the sampled bit only: Codex rejects the SDK's "03" (random trace id).
+    with spawn_trace_context({"traceparent": TRACEPARENT[:-2] + "03"}):
+        level_one = await _child_env(runtime, {})
+    assert level_one["TRACEPARENT"] == TRACEPARENT
+    with spawn_trace_context({"traceparent": TRACEPARENT[:-2] + "02"}):
+        unsampled = await _child_env(runtime, {})
+    assert unsampled["TRACEPARENT"] == TRACEPARENT[:-2] + "00"
+    with spawn_trace_context({}):  # no recording span: nothing changes
+        empty = await _child_env(runtime, {})
+    assert empty["TRACEPARENT"] == "00-ambient-ambient-01"
+    assert TRACE_CONTEXT_ENV == {"traceparent": "TRACEPARENT", "tracestate": "TRACESTATE"}

@@ -90,6 +90,7 @@ async def test_run_json_foreground_completed_and_failed(tmp_path: Path) -> None:
             "job_id",
             "elapsed_s",
             "exit_code",
+            "timings",  # dsh's own stamps, host-only; the fake provider reports no usage
         }
         assert report["job_id"] is None
         assert report["exit_code"] == code

@@ -85,6 +85,9 @@ async def test_a_portable_job_carries_plain_data_and_ends_like_a_local_one(tmp_p
         # The tool's limits travel as numbers; the worker enforces them (docs/liveness.md).
         "timeout_s": None,
         "stall_timeout_s": 900.0,
+        # Names for the worker's span, and the caller's trace context (none is current here).
+        "tool": "subagent",
+        "trace_context": {},
     }
 
 

@@ -11,7 +11,7 @@ from importlib import metadata as _metadata
 
 from dsh.jobs._executor import Executor, JobStarted, JobWork, LocalExecutor, PortableWork
 from dsh.jobs._executor_choice import RAY_EXTRA_HINT, executor_for
-from dsh.jobs._registry import JobRegistry
+from dsh.jobs._registry import JobRegistry, attach_job_meta, current_job_id
 from dsh.jobs._types import (
     MAX_RUNS_PER_NODE,
     TERMINAL_STATUSES,
@@ -46,7 +46,9 @@ __all__ = [
     "JobsConfig",
     "LocalExecutor",
     "PortableWork",
+    "attach_job_meta",
     "completion_notice",
+    "current_job_id",
     "executor_for",
     "status_line",
 ]

@@ -43,8 +43,8 @@ def executor_for(config: JobsConfig, *, worker_setup: Sequence[str] = ()) -> Exe
 
     ``worker_setup`` names (``"package.module:function"``) are called with no argument by each
     remote executor process when it starts (the tool layer passes ``dsh.subprocess``'s orphan
-    reaper); the local executor ignores them. Raises ``ImportError`` naming the ``[ray]`` extra
-    when ``executor = "ray"`` and Ray is not installed.
+    reaper), then ``config.worker_setup``'s; the local executor ignores them. Raises
+    ``ImportError`` naming the ``[ray]`` extra when ``executor = "ray"`` and Ray is not installed.
     """
     if config.executor == "local":
         return LocalExecutor()
@@ -55,5 +55,5 @@ def executor_for(config: JobsConfig, *, worker_setup: Sequence[str] = ()) -> Exe
     return RayExecutor(
         address=config.address or "auto",
         max_runs_per_node=config.max_runs_per_node or DEFAULT_MAX_RUNS_PER_NODE,
-        worker_setup=tuple(worker_setup),
+        worker_setup=(*worker_setup, *config.worker_setup),
     )

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from dsh.jobs._executor import Executor, JobWork, PortableWork
 from dsh.jobs._executor_choice import executor_for
@@ -30,7 +32,7 @@ from dsh.jobs.errors import (
     UnknownJobError,
 )
 
-__all__ = ["JobRegistry", "JobWork"]
+__all__ = ["JobRegistry", "JobWork", "attach_job_meta", "current_job_id"]
 
 logger = logging.getLogger("dsh.jobs")
 
@@ -54,6 +56,7 @@ class _Job:
     waiters: int = 0
     noticed: bool = False
     where: str | None = None
+    meta: Mapping[str, Any] | None = None
     task: asyncio.Task[JobOutcome] | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -69,7 +72,37 @@ class _Job:
             finished_at=self.finished_at,
             reported=self.reported,
             where=self.where,
+            meta=self.meta,
         )
+
+
+_CURRENT_JOB: contextvars.ContextVar[_Job | None] = contextvars.ContextVar(
+    "dsh.jobs.current_job", default=None
+)
+
+
+def current_job_id() -> str | None:
+    """The id of the job whose work is running in this task (``None`` outside a job's work).
+
+    Set where the registry runs the work, so work run in this process (``LocalExecutor``) sees
+    it; work an executor runs elsewhere does not.
+    """
+    job = _CURRENT_JOB.get()
+    return job.id if job is not None else None
+
+
+def attach_job_meta(meta: Mapping[str, Any]) -> bool:
+    """Keep ``meta`` as the host-only facts of the job whose work runs in this task.
+
+    For work that ends by raising (a killed job's cancellation), which returns no
+    :class:`JobOutcome` to carry them; an outcome's own ``meta`` replaces them. Returns whether
+    a job was there to take them (not outside a job's work, nor on a remote executor's worker).
+    """
+    job = _CURRENT_JOB.get()
+    if job is None:
+        return False
+    job.meta = dict(meta)
+    return True
 
 
 def _session_of(owner: JobOwner | None) -> str | None:
@@ -149,6 +182,8 @@ class JobRegistry:
         return job.id
 
     async def _run(self, job: _Job, work: JobWork) -> JobOutcome:
+        _CURRENT_JOB.set(job)  # the job task's own context: its work can tell its id
+
         def started(where: str | None) -> None:
             job.where = where
             if job.status is JobStatus.QUEUED:
@@ -178,6 +213,8 @@ class JobRegistry:
                 status, detail = JobStatus.FAILED, _safe_exception_detail(exc)
         else:
             outcome = task.result()
+            if outcome.meta is not None:
+                job.meta = dict(outcome.meta)
             if job.kill_requested and outcome.status is not JobStatus.KILLED:
                 status, detail = JobStatus.KILLED, job.kill_reason
             elif job.kill_requested:

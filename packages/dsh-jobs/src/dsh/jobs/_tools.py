@@ -94,7 +94,8 @@ class JobOutputTool(_JobTool):
         value = _snapshot_value(snapshot)
         value["output"] = output
         text = f"{output or '(no new output)'}\n{snapshot.status_line}"
-        return ToolResult(text=text, value=value)
+        meta = dict(snapshot.meta) if snapshot.terminal and snapshot.meta else None
+        return ToolResult(text=text, value=value, meta=meta)
 
 
 class JobListTool(_JobTool):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -58,11 +59,16 @@ class JobOwner(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class JobOutcome:
-    """What a job's work returns. ``status`` must be terminal."""
+    """What a job's work returns. ``status`` must be terminal.
+
+    ``meta`` holds host-only facts (a delegation's ``usage`` and ``timings``, JSON values): the
+    job's snapshot keeps them for the host and no model-visible text includes them.
+    """
 
     status: JobStatus
     detail: str | None = None
     output: str | None = None
+    meta: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         status = JobStatus(self.status)
@@ -86,6 +92,8 @@ class JobSnapshot:
     reported: bool
     #: Where the work runs or ran, as the executor names it (a Ray node id), or ``None``.
     where: str | None = None
+    #: The settled work's host-only facts (``JobOutcome.meta``), or ``None``; never model-visible.
+    meta: Mapping[str, Any] | None = field(default=None, compare=False)
 
     @property
     def terminal(self) -> bool:
@@ -127,6 +135,7 @@ def completion_notice(snapshot: JobSnapshot) -> str:
 #: counts exactly up to 99 runs per node (a product run costs 0.3-0.5 GB, so 64 is plenty).
 MAX_RUNS_PER_NODE = 64
 _ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9._-]+:[0-9]{1,5}")
+_CALLABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 
 
 class JobsConfig(BaseModel):
@@ -144,6 +153,18 @@ class JobsConfig(BaseModel):
     address: str | None = None
     #: At most this many jobs run at once on each Ray node (``executor = "ray"`` only).
     max_runs_per_node: int | None = Field(default=None, ge=1, le=MAX_RUNS_PER_NODE, strict=True)
+    #: ``"package.module:function"`` names each Ray worker process calls (no argument) when it
+    #: starts, after dsh's own steps: the deployment's setup there, e.g. the OpenTelemetry SDK
+    #: (dsh configures none itself). ``executor = "ray"`` only.
+    worker_setup: tuple[str, ...] = ()
+
+    @field_validator("worker_setup")
+    @classmethod
+    def _callable_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not _CALLABLE.fullmatch(name):
+                raise ValueError(f'{name!r} is not a "package.module:function" name')
+        return value
 
     @field_validator("address")
     @classmethod
@@ -157,7 +178,7 @@ class JobsConfig(BaseModel):
         if self.wait_timeout_ms > self.max_wait_timeout_ms:
             raise ValueError("wait_timeout_ms must not exceed max_wait_timeout_ms")
         if self.executor != "ray":
-            for name in ("address", "max_runs_per_node"):
-                if getattr(self, name) is not None:
+            for name in ("address", "max_runs_per_node", "worker_setup"):
+                if getattr(self, name) not in (None, ()):
                     raise ValueError(f'{name} is a setting of executor = "ray"')
         return self

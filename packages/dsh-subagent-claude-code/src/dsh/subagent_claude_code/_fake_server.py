@@ -474,3 +474,15 @@ def hermetic_env(
         "CLAUDE_CODE_MAX_RETRIES": "0",
         "API_TIMEOUT_MS": str(api_timeout_ms),
     }
+
+
+def host_tmp(root: str | os.PathLike[str]) -> dict[str, str]:
+    """The env overlay that keeps a CLI run outside a provider (an MCP host) out of ``/tmp``.
+
+    A provider gives each run a private ``TMPDIR`` itself; a CLI a test starts directly would
+    otherwise make its ``claude-<uid>`` scratch dir in ``/tmp`` (measured with the pinned CLI),
+    which the leak guard reports. Creates ``root``.
+    """
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return {"TMPDIR": str(path), "CLAUDE_CODE_TMPDIR": str(path)}

@@ -98,6 +98,7 @@ class ClaudeCodeRun:
         self._error: BaseException | None = None
         self._warm = False
         self._usage: UsageFacts | None = None
+        self._first_output: float | None = None
         # Distinct API message ids seen: one per model request the CLI made.
         self._message_ids: set[str] = set()
 
@@ -107,6 +108,11 @@ class ClaudeCodeRun:
     def last_activity(self) -> float:
         """When the last stdout line was read from the CLI (``time.monotonic()``)."""
         return self._transport.activity.last
+
+    @property
+    def first_activity(self) -> float | None:
+        """When the first assistant message was read (host-only timing)."""
+        return self._first_output
 
     @property
     def usage(self) -> UsageFacts | None:
@@ -261,6 +267,8 @@ class ClaudeCodeRun:
                     success = message.result if is_strict_success(message) else None
                     self._arm_dispose()
                 elif isinstance(message, AssistantMessage):
+                    if self._first_output is None:
+                        self._first_output = self._transport.activity.last
                     if message.message_id is not None:
                         self._message_ids.add(message.message_id)
                     if message.error is not None:

@@ -21,6 +21,7 @@ from dsh.subagent_claude_code._fake_server import (
     FakeMessagesServer,
     RecordedRequest,
     hermetic_env,
+    host_tmp,
 )
 from dsh.subagent_claude_code._provider import ClaudeCodeProvider
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
@@ -31,6 +32,7 @@ __all__ = [
     "FakeMessagesServer",
     "RecordedRequest",
     "hermetic_env",
+    "host_tmp",
     "make_start_request",
     "provider_with_cli",
     "provider_with_program",

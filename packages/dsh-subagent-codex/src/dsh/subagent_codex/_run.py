@@ -37,7 +37,7 @@ from dsh.subagent_codex._wire import (
     WireClosed,
     read_frames,
 )
-from dsh.subprocess import ManagedProcess, TeardownError
+from dsh.subprocess import ManagedProcess, TeardownError, current_trace_context
 
 __all__ = ["CodexRun", "StartupFailure"]
 
@@ -75,6 +75,12 @@ class StartupFailure(Exception):
     def __init__(self, stage: str, category: str = "unknown", **extra: Any) -> None:
         super().__init__(f"{stage}/{category}")
         self.facts = FailureFacts(PRODUCT, stage, category, **extra)
+
+
+def _model_item(params: dict[str, Any]) -> bool:
+    """Whether an ``item/*`` notification is the model's (not Codex's echo of the prompt)."""
+    item = params.get("item")
+    return not (isinstance(item, dict) and item.get("type") == "userMessage")
 
 
 def _thread_turn(params: Any) -> tuple[Any, Any]:
@@ -129,7 +135,9 @@ class CodexRun:
         self._turn_start_timer: asyncio.TimerHandle | None = None
         self._closing = CloseOnce()
         self._activity = ActivityStamp()
+        self._first_output: float | None = None
         self._usage: UsageFacts | None = None
+        self._usage_reports = 0
 
     # -- public surface --------------------------------------------------------------------
     @property
@@ -140,6 +148,11 @@ class CodexRun:
     def last_activity(self) -> float:
         """When the last JSON-RPC frame was read from the app-server (``time.monotonic()``)."""
         return self._activity.last
+
+    @property
+    def first_activity(self) -> float | None:
+        """When the turn's first item other than the echoed prompt was read (host-only timing)."""
+        return self._first_output
 
     @property
     def usage(self) -> UsageFacts | None:
@@ -265,7 +278,9 @@ class CodexRun:
             "input": [{"type": "text", "text": text, "text_elements": []} for text in texts],
         }
         try:
-            self._wire.request_cb("turn/start", params, self._on_turn_started)
+            # The turn continues the delegation's trace when one is current (docs/observability.md).
+            trace = current_trace_context()
+            self._wire.request_cb("turn/start", params, self._on_turn_started, trace)
         except WireClosed as exc:
             self._fail("turn-start", cause=exc)
             return
@@ -370,6 +385,8 @@ class CodexRun:
         if self._turn_id is None or thread_id != self._thread_id or turn_id != self._turn_id:
             return
         assert isinstance(params, dict)
+        if self._first_output is None and method.startswith("item/") and _model_item(params):
+            self._first_output = self._activity.last
         if method == "item/completed":
             self._item_completed(params.get("item"))
         elif method == "error":
@@ -378,7 +395,9 @@ class CodexRun:
             self._terminal(params.get("turn"))
         elif method == "thread/tokenUsage/updated":
             # Cumulative over the thread; one-shot runs have one turn, so this is the run's.
-            self._usage = usage_from_token_usage(params, model_requests=None)
+            # Codex sends one per model response (measured), so their count is the requests'.
+            self._usage_reports += 1
+            self._usage = usage_from_token_usage(params, model_requests=self._usage_reports)
 
     def _on_turn_started(self, result: dict[str, Any] | None, error: BaseException | None) -> None:
         if self._turn_start_timer is not None:

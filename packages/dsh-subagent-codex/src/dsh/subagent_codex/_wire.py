@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from dsh.subprocess import BoundedLines, LineTooLong
@@ -107,13 +107,21 @@ class Wire:
         method: str,
         params: dict[str, Any],
         callback: Callable[[dict[str, Any] | None, BaseException | None], None],
+        trace: Mapping[str, str] | None = None,
     ) -> str:
-        """Send a request; ``callback(result, error)`` runs on its answer or on close."""
+        """Send a request; ``callback(result, error)`` runs on its answer or on close.
+
+        ``trace`` is a W3C trace context (``traceparent``, ``tracestate``): the app-server takes
+        it as the request's top-level ``trace`` field.
+        """
         self._next += 1
         request_id = f"dsh-{self._next}"
         self._pending[request_id] = callback
+        message: dict[str, Any] = {"id": request_id, "method": method, "params": params}
+        if trace:
+            message["trace"] = dict(trace)
         try:
-            self._send({"id": request_id, "method": method, "params": params})
+            self._send(message)
         except WireClosed:
             del self._pending[request_id]
             raise

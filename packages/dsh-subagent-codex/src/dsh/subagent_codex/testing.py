@@ -36,6 +36,7 @@ from dsh.subagent_codex._wire import MAX_LINE_BYTES
 __all__ = [
     "FAKE_API_KEY",
     "FAKE_KEY_ENV",
+    "SAMPLE_USAGE",
     "Behaviour",
     "Drop",
     "FakeResponsesServer",
@@ -58,6 +59,15 @@ __all__ = [
 FAKE_KEY_ENV = "DSH_FAKE_OPENAI_KEY"
 #: A non-empty fake key; it reaches the fake server as ``Authorization: Bearer <key>``.
 FAKE_API_KEY = "sk-dsh-fake-key-0000"
+#: A Responses API ``usage`` object for ``FakeResponsesServer.usage``: numbers chosen apart, so a
+#: swapped or dropped field shows in a test that compares the run's usage facts with them.
+SAMPLE_USAGE = {
+    "input_tokens": 1000,
+    "input_tokens_details": {"cached_tokens": 200},
+    "output_tokens": 30,
+    "output_tokens_details": {"reasoning_tokens": 7},
+    "total_tokens": 1030,
+}
 
 
 def _toml(value: str) -> str:

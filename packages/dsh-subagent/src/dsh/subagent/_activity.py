@@ -6,6 +6,11 @@ moves it on every one; the caller's stall limit compares it with the clock. The 
 caller's to read, never a limit of the provider's own. A run without it (a third-party provider
 written before the stamp) still works: the stall limit cannot apply to it, the wall-clock limit
 still does.
+
+A run may also expose ``first_activity``: the ``time.monotonic()`` at which the product first
+reported model output for the task (Codex: the turn's first item other than the echoed prompt;
+Claude Code: the first assistant message). It is a host-side timing fact
+(``RunTimings.first_activity_s``), never a limit.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import time
 from typing import Protocol, runtime_checkable
 
-__all__ = ["ActivityStamp", "ReportsActivity", "last_activity"]
+__all__ = ["ActivityStamp", "ReportsActivity", "first_activity", "last_activity"]
 
 
 @runtime_checkable
@@ -45,6 +50,14 @@ class ActivityStamp:
 def last_activity(run: object) -> float | None:
     """The run's ``last_activity`` if it reports one (a finite float), else ``None``."""
     value = getattr(run, "last_activity", None)
+    if isinstance(value, float | int) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def first_activity(run: object) -> float | None:
+    """The run's ``first_activity`` if it reports one (a finite float), else ``None``."""
+    value = getattr(run, "first_activity", None)
     if isinstance(value, float | int) and not isinstance(value, bool):
         return float(value)
     return None

@@ -19,6 +19,7 @@ from dsh.subagent._types import (
     SubagentResult,
     TextBlock,
 )
+from dsh.subagent._usage import UsageFacts
 
 __all__ = ["FakeProvider", "FakeRun"]
 
@@ -43,6 +44,7 @@ class FakeRun:
         self.closed = False
         self._latch = ResultLatch()
         self._activity = ActivityStamp()
+        self._first_output: float | None = None
         self._scripted = provider.script_for(request)
         self._task: asyncio.Task[None] | None = asyncio.create_task(
             self._settle_later(provider.delay), name=f"dsh.subagent fake {self.id}"
@@ -53,6 +55,7 @@ class FakeRun:
             await asyncio.Event().wait()
         await asyncio.sleep(delay or 0)
         self._activity.touch()  # the scripted "product" answered
+        self._first_output = self._first_output or self._activity.last
         self._latch.settle(self._scripted)
 
     @property
@@ -60,9 +63,20 @@ class FakeRun:
         """The activity stamp: the run's creation, then its scripted answer."""
         return self._activity.last
 
+    @property
+    def usage(self) -> UsageFacts | None:
+        """The provider's ``usage``, reported once the run settled (as a product reports it)."""
+        return self.provider.usage if self._latch.settled else None
+
+    @property
+    def first_activity(self) -> float | None:
+        """When the scripted answer (the "product's" first output) came, if it has."""
+        return self._first_output
+
     def finish(self, result: SubagentResult | None = None) -> bool:
         """Settle now with ``result`` (default: the scripted one); return whether it settled."""
         self._activity.touch()
+        self._first_output = self._first_output or self._activity.last
         return self._latch.settle(result if result is not None else self._scripted)
 
     @property
@@ -109,6 +123,7 @@ class FakeProvider:
     - ``delay``: seconds until the run settles (``None``: only a cancel or ``FakeRun.finish``
       ends it).
     - ``start_error``: raised by ``start()`` after ``start_delay`` (nothing is published).
+    - ``usage``: the :class:`UsageFacts` each run reports once settled (host-only).
     - ``requests`` records every request ``start()`` received; ``runs`` every published run;
       ``open_runs`` those not yet closed.
     """
@@ -124,6 +139,7 @@ class FakeProvider:
         start_error: BaseException | None = None,
         capabilities: Capabilities = NO_START_CAPABILITIES,
         inherits_parent_context: bool = False,
+        usage: UsageFacts | None = None,
     ) -> None:
         self.name = name
         self.capabilities = capabilities
@@ -133,6 +149,7 @@ class FakeProvider:
         self.delay = delay
         self.start_delay = start_delay
         self.start_error = start_error
+        self.usage = usage
         self.requests: list[ResolvedStartRequest] = []
         self.runs: list[FakeRun] = []
 

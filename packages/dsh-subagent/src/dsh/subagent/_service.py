@@ -9,7 +9,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
-from dsh.subagent._activity import last_activity
+from dsh.subagent._activity import first_activity, last_activity
 from dsh.subagent._events import (
     Listener,
     Listeners,
@@ -73,6 +73,11 @@ class PublishedRun:
     def last_activity(self) -> float | None:
         """The provider run's activity stamp (``None`` when it reports none)."""
         return last_activity(self._inner)
+
+    @property
+    def first_activity(self) -> float | None:
+        """The provider run's first product message after its task (``None``: none or unknown)."""
+        return first_activity(self._inner)
 
     @property
     def usage(self) -> UsageFacts | None:

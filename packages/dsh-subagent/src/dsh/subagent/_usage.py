@@ -35,8 +35,15 @@ class UsageFacts:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunTimings:
-    """dsh's own stamps of a run, in seconds since its start; ``None`` if never reached."""
+    """dsh's own stamps of a run, in seconds since the caller asked for it; ``None`` if never
+    reached or unknown.
 
+    ``started_s``: the run was published (the product is up and has its task);
+    ``first_activity_s``: the product's first message after that; ``answer_s``: the result
+    settled; ``tree_exit_s``: the close proved the product's whole process tree gone.
+    """
+
+    started_s: float | None = None
     first_activity_s: float | None = None
     answer_s: float | None = None
     tree_exit_s: float | None = None

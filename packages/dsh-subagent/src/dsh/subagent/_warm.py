@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Hashable
@@ -222,7 +223,11 @@ class WarmPool(Generic[W]):
         have = len(state.idle) + sum(1 for w in state.warming if w.key == key)
         for _ in range(self.size - have):
             warming = _Warming(key)
-            warming.task = state.loop.create_task(self._warm(state, warming))
+            # A fresh context: a warm process belongs to no run yet, so nothing of the run
+            # that triggered the refill (its trace context, say) may reach its spawn.
+            warming.task = state.loop.create_task(
+                self._warm(state, warming), context=contextvars.Context()
+            )
             state.warming.append(warming)
 
     async def _warm(self, state: _State[W], warming: _Warming) -> None:

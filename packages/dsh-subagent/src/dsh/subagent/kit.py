@@ -9,13 +9,14 @@ fields both product providers share, ``ProviderBase`` (with ``ProductInstall``):
 processes (``WarmPool``, for ``prewarm``), the activity stamp (``ActivityStamp``: a run
 ``touch()``-es it on every message it reads from its product and exposes it as the
 ``last_activity`` property, which the caller's stall limit reads; ``ReportsActivity`` and
-``last_activity(run)`` are the reading side), and owner-named run dirs (their sweep, the
+``last_activity(run)`` are the reading side; a run may also expose ``first_activity``, its
+first model output, for the host's timings), and owner-named run dirs (their sweep, the
 private-home template copy). Provider authors import these names from here;
 the ones :mod:`dsh.subagent` once re-exported still import from the root with a
 ``DeprecationWarning`` until dsh-subagent 1.0 (deprecated since 0.2.0) (tests/test_surfaces.py).
 """
 
-from dsh.subagent._activity import ActivityStamp, ReportsActivity, last_activity
+from dsh.subagent._activity import ActivityStamp, ReportsActivity, first_activity, last_activity
 from dsh.subagent._checks import check_one_shot_request
 from dsh.subagent._closing import CloseOnce
 from dsh.subagent._config_base import (
@@ -78,6 +79,7 @@ __all__ = [
     "copy_home_template",
     "credential_checks",
     "failure_line",
+    "first_activity",
     "last_activity",
     "make_off_loop",
     "make_owned_dir",

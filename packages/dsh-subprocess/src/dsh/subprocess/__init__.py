@@ -38,6 +38,11 @@ from dsh.subprocess._spec import (
     StdinSpec,
     StreamSpec,
 )
+from dsh.subprocess._trace_context import (
+    TRACE_CONTEXT_ENV,
+    current_trace_context,
+    spawn_trace_context,
+)
 from dsh.subprocess.errors import LineTooLong, SpawnError, SubprocessError, TeardownError
 
 try:
@@ -57,6 +62,7 @@ __all__ = [
     "READ_CHUNK_BYTES",
     "SCRUB_EXEMPT_NAMES",
     "SENSITIVE_ENV_PATTERN",
+    "TRACE_CONTEXT_ENV",
     "TREE_MARKER_ENV",
     "BoundedLines",
     "Collect",
@@ -77,6 +83,7 @@ __all__ = [
     "SubprocessRuntime",
     "TeardownError",
     "build_child_env",
+    "current_trace_context",
     "default_runtime",
     "is_credential_env",
     "kernel_layer",
@@ -86,4 +93,5 @@ __all__ = [
     "reap_orphans",
     "reap_orphans_once",
     "scrubbed_parent_env",
+    "spawn_trace_context",
 ]

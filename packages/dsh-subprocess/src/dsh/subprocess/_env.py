@@ -40,12 +40,14 @@ ENV_POLICIES: tuple[EnvPolicy, ...] = ("scrub", "core")
 
 SENSITIVE_ENV_PATTERN: re.Pattern[str] = re.compile(
     r"KEY|PASSW(?:OR)?D|PASSPHRASE|SECRET|TOKEN|CREDENTIAL|JWT|AUTH(?!OR)|COOKIE|PRIVATE"
-    r"|(?:^|_)(?:PWD|PAT)(?:_|$)",
+    r"|(?:^|_)(?:PWD|PAT|HEADERS?)(?:_|$)",
     re.IGNORECASE,
 )
 """Credential-bearing name parts. Unanchored on purpose: ``MONKEY_X`` and ``KEYBOARD`` go too.
 
-``PWD`` and ``PAT`` count only as a whole ``_``-separated part (``MYSQL_PWD``, ``GH_PAT``);
+``PWD``, ``PAT`` and ``HEADER(S)`` count only as a whole ``_``-separated part (``MYSQL_PWD``,
+``GH_PAT``; ``OTEL_EXPORTER_OTLP_HEADERS`` and ``ANTHROPIC_CUSTOM_HEADERS`` carry API keys, while
+the other ``OTEL_*`` settings stay);
 ``AUTHOR`` is no ``AUTH``
 (``GIT_AUTHOR_NAME``), and ``SCRUB_EXEMPT_NAMES``
 keeps the shell's own ``PWD`` / ``OLDPWD``.

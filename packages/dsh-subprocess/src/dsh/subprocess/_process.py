@@ -29,6 +29,7 @@ from dsh.subprocess._spawner import (
     spawn_supervised,
 )
 from dsh.subprocess._spec import Collect, CollectedText, ProcessOutcome, SpawnSpec, StreamSpec
+from dsh.subprocess._trace_context import apply_trace_context
 from dsh.subprocess._tree import Tree
 from dsh.subprocess._workers import offload, submit
 from dsh.subprocess.errors import SpawnError, TeardownError
@@ -741,6 +742,7 @@ async def launch(
     loop = asyncio.get_running_loop()
     marker = new_marker()
     env = build_child_env(spec.env)
+    apply_trace_context(env, spec.env)
     env[TREE_MARKER_ENV] = marker
     cwd = _check_cwd(spec.cwd)
     job = submit(_spawn_child, spec, env, cwd)

@@ -1,16 +1,17 @@
-"""One delegation's run (start → result → whole-tree close) and a background job's outcome.
+"""One delegation's run: start → result → whole-tree close, in its telemetry span.
 
-Shared by the delegation tool (foreground and in-process background jobs) and by the portable
-job a remote executor runs (``_portable_job``), so a job means the same wherever it runs.
+Shared by the foreground tool call and by a background job's work (``_job_work``, in process or
+on a remote executor's worker), so a run means the same wherever it runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
+from typing import Any
 
-from dsh.jobs import JobOutcome, JobStatus
 from dsh.subagent import (
     PublishedRun,
     StopReason,
@@ -20,16 +21,36 @@ from dsh.subagent import (
     SubagentStartRequest,
     UsageFacts,
 )
-from dsh.subagent.kit import CloseOnce
+from dsh.subagent.kit import CloseOnce, RunTimings, first_activity
+from dsh.subprocess import spawn_trace_context
 from dsh.tool_subagent._limits import RunLimits, Watchdog, limit_text
+from dsh.tool_subagent._otel import (
+    DelegationLabels,
+    DelegationSpan,
+    delegation_span,
+    failure_category,
+    trace_carrier,
+)
 
-__all__ = ["Finished", "Interrupted", "background_outcome", "killed", "run_to_end", "safe_text"]
+__all__ = [
+    "NO_LIMITS",
+    "Finished",
+    "Interrupted",
+    "finish_span",
+    "host_facts",
+    "killed",
+    "run_to_end",
+    "run_to_end_in",
+    "safe_text",
+]
 
 #: What ``run_to_end`` applies when its caller passes none (the delegation tool always passes
 #: its own, whose stall limit defaults to 900 s).
 NO_LIMITS = RunLimits(timeout_s=None, stall_timeout_s=None)
 
 logger = logging.getLogger("dsh.tool_subagent")
+
+_STOP_REASONS = frozenset(str(reason) for reason in StopReason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +67,11 @@ class Finished:
     limit: str | None = None
     limit_field: str | None = None
     usage: UsageFacts | None = None
+    timings: RunTimings | None = None
+
+    def host_facts(self) -> dict[str, Any] | None:
+        """The host-only facts (``ToolResult.meta``, ``JobOutcome.meta``), or ``None``."""
+        return host_facts(self.usage, self.timings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +87,22 @@ class Interrupted:
 
     error: BaseException
     dispose: str | None
+    usage: UsageFacts | None = None
+    timings: RunTimings | None = None
+
+    def host_facts(self) -> dict[str, Any] | None:
+        """What the run had spent when it was cancelled (a killed job keeps it), or ``None``."""
+        return host_facts(self.usage, self.timings)
+
+
+def host_facts(usage: UsageFacts | None, timings: RunTimings | None) -> dict[str, Any] | None:
+    """``{"usage": ..., "timings": ...}`` as JSON values, leaving out what is unknown."""
+    facts: dict[str, Any] = {}
+    if usage is not None:
+        facts["usage"] = usage.as_json()
+    if timings is not None:
+        facts["timings"] = timings.as_json()
+    return facts or None
 
 
 def safe_text(exc: BaseException) -> str:
@@ -134,6 +176,7 @@ async def run_to_end(
     request: SubagentStartRequest,
     where: str,
     limits: RunLimits = NO_LIMITS,
+    labels: DelegationLabels | None = None,
 ) -> str | Finished | Interrupted:
     """Start → result → dispose, the steps the foreground and the background share.
 
@@ -141,10 +184,28 @@ async def run_to_end(
     (through :func:`_dispose`) before this returns, and a cancellation that arrives during
     that close propagates from here once the close has ended. ``limits`` are the caller's
     (``_limits``): the wall clock counts from here, the stall clock from publication; an
-    expired limit cancels the run and the ending carries its fixed text.
+    expired limit cancels the run and the ending carries its fixed text. ``labels`` name the
+    delegation's OpenTelemetry span (``_otel``; default: the provider's name).
     """
+    with delegation_span(labels or DelegationLabels(provider, provider), where) as span:
+        end = await run_to_end_in(service, provider, request, where, limits, span)
+        finish_span(span, end)
+        return end
+
+
+async def run_to_end_in(
+    service: SubagentService,
+    provider: str,
+    request: SubagentStartRequest,
+    where: str,
+    limits: RunLimits,
+    span: DelegationSpan,
+) -> str | Finished | Interrupted:
     began = asyncio.get_running_loop().time()
-    run = await _start_within(service, provider, request, where, limits.start_deadline(began))
+    # A product spawned for this run gets the start span's trace context (TRACEPARENT).
+    with span.phase("dsh.start"), spawn_trace_context(trace_carrier()):
+        deadline = limits.start_deadline(began)
+        run = await _start_within(service, provider, request, where, deadline)
     if isinstance(run, StartLimited):
         assert limits.timeout_s is not None
         text = limit_text("timeout_s", limits.timeout_s)
@@ -152,55 +213,78 @@ async def run_to_end(
         return Finished(SubagentResult(StopReason.ABORTED), run.text or None, text, "timeout_s")
     if isinstance(run, str):
         return run
+    clock = asyncio.get_running_loop().time
+    started = clock()
     watchdog = Watchdog(run, limits, began)
-    try:
-        result = await run.result()
-    except BaseException as exc:  # a cancellation (the service turns any Exception into ERROR)
+    error: BaseException | None = None
+    with span.phase("dsh.turn") as turn:
+        try:
+            result = await run.result()
+        except BaseException as exc:  # a cancellation (the service turns any Exception into ERROR)
+            error = exc
         watchdog.stop()
-        return Interrupted(exc, await _dispose(run, where))
-    watchdog.stop()
-    dispose = await _dispose(run, where)
+        span.first_activity(turn, first_activity(run))
+    answered = None if error is not None else clock()
+    with span.phase("dsh.teardown") as teardown:
+        dispose = await _dispose(run, where)
+        if teardown is not None:
+            teardown.set_attribute("dsh.tree_exit.proven", dispose is None)
+    timings = _timings(run, began, started, answered, None if dispose else clock())
+    if error is not None:
+        return Interrupted(error, dispose, run.usage, timings)
     usage = run.usage
     if watchdog.expired is not None and result.stop_reason != StopReason.COMPLETED:
-        return Finished(result, dispose, watchdog.expired, watchdog.field, usage)
-    return Finished(result, dispose, usage=usage)
+        return Finished(result, dispose, watchdog.expired, watchdog.field, usage, timings)
+    return Finished(result, dispose, usage=usage, timings=timings)
 
 
-async def background_outcome(
-    service: SubagentService,
-    provider: str,
-    request: SubagentStartRequest,
-    limits: RunLimits = NO_LIMITS,
-) -> JobOutcome:
-    """A background job's whole work: the run to its end, mapped to the job's outcome.
+def finish_span(span: DelegationSpan, end: str | Finished | Interrupted) -> None:
+    """How the delegation ended, in its span: only names, numbers and the safe category.
 
-    A run stopped by a limit ends ``failed`` with the limit's fixed text as the detail.
+    Outcomes: ``completed``, ``error``, ``cancelled``, ``limit``, ``max_tokens``, ``refusal``,
+    ``start_failed`` and ``teardown_failed`` (an answer whose close could not prove exit).
     """
-    end = await run_to_end(service, provider, request, "background", limits)
     if isinstance(end, str):
-        if killed():
-            # Killed while starting, and the start then failed instead of raising the
-            # cancellation (a Codex rollback that could not prove exit): keep that fact.
-            return JobOutcome(JobStatus.KILLED, detail=end)
-        return JobOutcome(JobStatus.FAILED, detail=end)
+        span.finish("start_failed", category=failure_category(end))
+        return
     if isinstance(end, Interrupted):
-        # job_kill (or an owner close): the run was closed before the job settles, and a
-        # failed teardown stays in the killed job's detail instead of being dropped.
-        if end.dispose is None or not isinstance(end.error, asyncio.CancelledError):
-            raise end.error
-        return JobOutcome(JobStatus.KILLED, detail=f"dispose failed: {end.dispose}")
-    result, dispose = end.result, end.dispose
-    suffix = f"; dispose failed: {dispose}" if dispose else ""
+        span.finish("cancelled")
+        return
+    # A third-party provider may report a stop reason of its own: counted as an error.
+    reason = str(end.result.stop_reason)
+    if reason not in _STOP_REASONS:
+        reason = "unknown"
+    category = end.limit_field or failure_category(end.result.diagnostic)
     if end.limit is not None:
-        return JobOutcome(JobStatus.FAILED, detail=end.limit + suffix, output=result.text)
-    reason = result.stop_reason
-    if reason == StopReason.COMPLETED:
-        if dispose:
-            return JobOutcome(JobStatus.FAILED, detail=f"completed{suffix}", output=result.text)
-        return JobOutcome(JobStatus.COMPLETED, output=result.text)
-    if reason == StopReason.ABORTED:
-        return JobOutcome(JobStatus.KILLED, detail=(suffix[2:] or None), output=result.text)
-    detail = str(reason)
-    if result.diagnostic:
-        detail += f"; diagnostic: {result.diagnostic}"
-    return JobOutcome(JobStatus.FAILED, detail=detail + suffix, output=result.text)
+        outcome = "limit"
+    elif end.dispose is not None:
+        outcome, category = "teardown_failed", category or "teardown"
+    elif reason == StopReason.ABORTED:
+        outcome = "cancelled"
+    else:
+        outcome = "error" if reason == "unknown" else reason
+    span.finish(
+        outcome, stop_reason=reason, category=category, usage=end.usage, timings=end.timings
+    )
+
+
+def _timings(
+    run: PublishedRun, began: float, started: float, answered: float | None, exited: float | None
+) -> RunTimings:
+    """The run's stamps in seconds since ``began``, all on the loop's clock.
+
+    ``tree_exit_s`` is left out when the close could not prove the tree gone.
+    """
+    first = first_activity(run)
+    if first is not None:  # a time.monotonic() stamp; the loop's clock may be another one
+        first += asyncio.get_running_loop().time() - time.monotonic()
+
+    def since(stamp: float | None) -> float | None:
+        return None if stamp is None else round(max(0.0, stamp - began), 4)
+
+    return RunTimings(
+        started_s=since(started),
+        first_activity_s=since(first),
+        answer_s=since(answered),
+        tree_exit_s=since(exited),
+    )

@@ -3,7 +3,7 @@
 The harness sends the provider's ``kind`` and its profile ``config`` (the table the profile
 validated), and the request's plain fields. The worker builds the provider from them (so the
 product's env comes from the worker's own environment plus the config's ``inherit_env`` names)
-and runs :func:`~dsh.tool_subagent._delegation.background_outcome`, the same work as a local job.
+and runs :func:`~dsh.tool_subagent._job_work.background_outcome`, the same work as a local job.
 No live object and no credential value travels: credentials are named, never copied.
 """
 
@@ -16,9 +16,10 @@ from typing import Any
 
 from dsh.jobs import JobOutcome, JobStatus, PortableWork
 from dsh.subagent import Parent, SubagentError, SubagentService, SubagentStartRequest, TextBlock
-from dsh.tool_subagent._delegation import background_outcome
+from dsh.tool_subagent._job_work import background_outcome
 from dsh.tool_subagent._known_providers import load_provider
 from dsh.tool_subagent._limits import RunLimits
+from dsh.tool_subagent._otel import DelegationLabels
 
 __all__ = [
     "BUILD_FAILED",
@@ -47,10 +48,14 @@ def portable_delegation(
     config: Mapping[str, Any],
     request: SubagentStartRequest,
     limits: RunLimits | None = None,
+    tool: str | None = None,
+    trace_context: Mapping[str, str] | None = None,
 ) -> PortableWork:
     """The job's work as plain data; raises ``ValueError`` for a request with a non-text part.
 
     ``limits`` travel as two numbers and are enforced where the run is, by the worker.
+    ``tool`` names the delegation tool and ``trace_context`` is the starting side's W3C trace
+    context (``_otel.trace_carrier()``): the worker's span continues the host's trace.
     """
     limits = limits or RunLimits(timeout_s=None, stall_timeout_s=None)
     texts = []
@@ -70,6 +75,8 @@ def portable_delegation(
             "max_depth": request.max_depth,
             "timeout_s": limits.timeout_s,
             "stall_timeout_s": limits.stall_timeout_s,
+            "tool": tool,
+            "trace_context": dict(trace_context or {}),
         },
     )
 
@@ -85,6 +92,8 @@ async def run_delegation(
     max_depth: int | None,
     timeout_s: float | None = None,
     stall_timeout_s: float | None = None,
+    tool: str | None = None,
+    trace_context: dict[str, str] | None = None,
 ) -> JobOutcome:
     """The worker side: build the provider here, run the delegation, close everything.
 
@@ -110,6 +119,12 @@ async def run_delegation(
     service.register(provider)
     try:
         limits = RunLimits(timeout_s=timeout_s, stall_timeout_s=stall_timeout_s)
-        return await background_outcome(service, provider.name, request, limits)
+        model = config.get("model")
+        labels = DelegationLabels(
+            tool or provider.name, provider.name, kind, model if isinstance(model, str) else None
+        )
+        return await background_outcome(
+            service, provider.name, request, limits, labels, trace_context
+        )
     finally:
         await service.aclose()

@@ -7,6 +7,7 @@ diagnostic line, never raw product output, so it is as safe to log as the plain 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
@@ -30,12 +31,15 @@ class RunReport:
     exit_code: int
     usage: dict[str, Any] | None = None
     """The product's usage facts (host-only; ``UsageFacts.as_json``), when it reported any."""
+    timings: dict[str, Any] | None = None
+    """dsh's own stamps of the run (``RunTimings.as_json``), when it got as far as starting."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["elapsed_s"] = round(self.elapsed_s, 3)
-        if self.usage is None:
-            del data["usage"]  # only a run the product reported on has usage facts
+        for key in ("usage", "timings"):
+            if data[key] is None:
+                del data[key]  # only a run that started (and was reported on) has them
         return data
 
     def write_json(self, out: TextIO) -> None:
@@ -47,7 +51,7 @@ def from_tool_result(result: ToolResult, elapsed_s: float, exit_code: int) -> Ru
     value = result.value or {}
     stop_reason = str(value.get("stop_reason") or ("error" if result.is_error else "completed"))
     diagnostic = value.get("diagnostic")
-    usage = (result.meta or {}).get("usage")
+    usage, timings = _host_facts(result.meta)
     return RunReport(
         stop_reason,
         result.text,
@@ -56,7 +60,14 @@ def from_tool_result(result: ToolResult, elapsed_s: float, exit_code: int) -> Ru
         elapsed_s,
         exit_code,
         usage,
+        timings,
     )
+
+
+def _host_facts(meta: Mapping[str, Any] | None) -> tuple[Any, Any]:
+    """The ``usage`` and ``timings`` of a tool result's or a job's host-only facts."""
+    meta = meta or {}
+    return meta.get("usage"), meta.get("timings")
 
 
 def _job_stop_reason(snapshot: JobSnapshot) -> tuple[str, str | None]:
@@ -79,7 +90,10 @@ def _job_stop_reason(snapshot: JobSnapshot) -> tuple[str, str | None]:
 def from_job(snapshot: JobSnapshot, output: str, elapsed_s: float, exit_code: int) -> RunReport:
     """A background job, read after it settled."""
     stop_reason, diagnostic = _job_stop_reason(snapshot)
-    return RunReport(stop_reason, output, diagnostic, snapshot.id, elapsed_s, exit_code)
+    usage, timings = _host_facts(snapshot.meta)
+    return RunReport(
+        stop_reason, output, diagnostic, snapshot.id, elapsed_s, exit_code, usage, timings
+    )
 
 
 def timed_out(limit_s: float, elapsed_s: float, exit_code: int) -> RunReport:

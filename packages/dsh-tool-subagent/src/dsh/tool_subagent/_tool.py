@@ -20,8 +20,10 @@ from dsh.subagent import (
     TextBlock,
 )
 from dsh.tool_subagent._contract import Caller, Tool
-from dsh.tool_subagent._delegation import Interrupted, background_outcome, killed, run_to_end
+from dsh.tool_subagent._delegation import Interrupted, killed, run_to_end
+from dsh.tool_subagent._job_work import background_outcome
 from dsh.tool_subagent._limits import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TIMEOUT_S, RunLimits
+from dsh.tool_subagent._otel import DelegationLabels, trace_carrier
 from dsh.tool_subagent._portable_job import portable_delegation
 from dsh.tool_subagent.errors import MountError
 
@@ -136,6 +138,8 @@ class SubagentTool(ToolBase[Caller]):
         # A provider config's model, when it has one (both shipped providers do).
         model = getattr(getattr(provider, "config", None), "model", None)
         self.model = model if isinstance(model, str) and model else None
+        kind = portable_provider[0] if portable_provider is not None else None
+        self.labels = DelegationLabels(self.name, config.provider, kind, self.model)
         self.description = self._describe()
         super().__init__(self._build_schema())
 
@@ -208,7 +212,9 @@ class SubagentTool(ToolBase[Caller]):
 
     async def _foreground(self, request: SubagentStartRequest) -> ToolResult:
         limits = self.config.limits
-        end = await run_to_end(self.service, self.config.provider, request, "foreground", limits)
+        end = await run_to_end(
+            self.service, self.config.provider, request, "foreground", limits, self.labels
+        )
         if isinstance(end, str):
             if killed():
                 # The call was cancelled and the start's rollback failed (Codex then raises the
@@ -219,7 +225,7 @@ class SubagentTool(ToolBase[Caller]):
             raise end.error
         result, dispose = end.result, end.dispose
         value = {"stop_reason": str(result.stop_reason), "diagnostic": result.diagnostic}
-        meta = {"usage": end.usage.as_json()} if end.usage is not None else None
+        meta = end.host_facts()
         if end.limit is not None:
             value["limit"] = end.limit_field
             text = end.limit if dispose is None else f"{end.limit}; dispose failed: {dispose}"
@@ -261,9 +267,13 @@ class SubagentTool(ToolBase[Caller]):
                     f" {self.jobs.executor.name} executor"
                 )
             kind, config = self.portable_provider
-            return portable_delegation(kind, config, request, self.config.limits)
-        limits = self.config.limits
-        return lambda: background_outcome(self.service, self.config.provider, request, limits)
+            return portable_delegation(
+                kind, config, request, self.config.limits, self.name, trace_carrier()
+            )
+        limits, labels = self.config.limits, self.labels
+        return lambda: background_outcome(
+            self.service, self.config.provider, request, limits, labels
+        )
 
     def __repr__(self) -> str:
         return f"<SubagentTool {self.name} provider={self.config.provider!r}>"
