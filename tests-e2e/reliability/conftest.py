@@ -28,7 +28,15 @@ from dsh.subagent_claude_code.testing import FakeMessagesServer
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex import CodexProvider, CodexProviderConfig
 from dsh.subagent_codex.testing import FakeResponsesServer, hermetic_env, write_codex_home
-from dsh.subprocess import TREE_MARKER_ENV, Collect, SpawnSpec, default_runtime, marked_processes
+from dsh.subprocess import (
+    TREE_MARKER_ENV,
+    Collect,
+    ManagedProcess,
+    SpawnSpec,
+    default_runtime,
+    marked_processes,
+)
+from dsh.subprocess import _process as process_module
 
 HERE = Path(__file__).resolve().parent
 CODEX_MODEL = "mock-model"
@@ -130,6 +138,24 @@ class Kit:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what}")
             await asyncio.sleep(0.05)
+
+    @staticmethod
+    async def spawn_host(spec: SpawnSpec, *, supervised: bool) -> ManagedProcess:
+        """Spawn a crash test's host program; without a supervisor of this process above it when
+        the host runs ``plain``.
+
+        A host spawned under this process's own supervisor leaves its orphans to that
+        supervisor's spawner, a subreaper that kills adopted trees (containment): a plain host's
+        orphans would then die without the reaper, at the spawner's next idle check (the cause
+        of this test's intermittent "survivors are gone" failures). Spawned plain, the killed
+        host's orphans go to init, as a crashed host's do, and only the reaper removes them.
+        """
+        was = process_module._SUPERVISED
+        process_module._SUPERVISED = was and supervised
+        try:
+            return await default_runtime().spawn(spec)
+        finally:
+            process_module._SUPERVISED = was
 
     @staticmethod
     async def reap_in_fresh_process() -> set[int]:

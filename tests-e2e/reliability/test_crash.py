@@ -27,23 +27,25 @@ import pytest
 
 from dsh.subagent_claude_code._run_dirs import sweep_lost_run_dirs
 from dsh.subagent_codex.testing import FunctionCallItem, Reply, Stall
-from dsh.subprocess import Collect, ManagedProcess, SpawnSpec, default_runtime
+from dsh.subprocess import Collect, ManagedProcess, SpawnSpec
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
 
 
-async def _spawn_host(kit: Any, tmp: Path, *args: str) -> ManagedProcess:
+async def _spawn_host(kit: Any, tmp: Path, supervised: bool, *args: str) -> ManagedProcess:
     # The host's own temporary directory is private: a SIGKILLed host cannot remove the
     # private tmp of its Claude Code run, and that leftover must not land in the shared /tmp.
     await asyncio.to_thread(tmp.mkdir)
+    plain = () if supervised else ("plain",)
     spec = SpawnSpec(
-        argv=[sys.executable, str(kit.here / "crash_host.py"), *args],
+        argv=[sys.executable, str(kit.here / "crash_host.py"), *args, *plain],
         env={"TMPDIR": str(tmp)},
         stdout="pipe",
         stderr=Collect(16_384),
         grace_ms=1000,
     )
-    return await default_runtime().spawn(spec)
+    host: ManagedProcess = await kit.spawn_host(spec, supervised=supervised)
+    return host
 
 
 async def _crash_and_reap(
@@ -105,12 +107,12 @@ async def test_claude_code_tree_of_a_killed_host_is_reaped(
     host = await _spawn_host(
         kit,
         tmp_path / "host-tmp",
+        supervised,
         "claude-code",
         claude.server.base_url,
         str(claude.root),
         str(claude.workspace),
         "t",
-        *(() if supervised else ("plain",)),
     )
     await _crash_and_reap(kit, host, None, lambda: len(claude.server.requests) >= 1, supervised)
     assert len(claude.server.requests) >= 1
@@ -133,12 +135,12 @@ async def test_codex_tree_of_a_killed_host_is_reaped(
     host = await _spawn_host(
         kit,
         tmp_path / "host-tmp",
+        supervised,
         "codex",
         codex.server.base_url,
         str(codex.home),
         str(codex.workspace),
         "t",
-        *(() if supervised else ("plain",)),
     )
     await _crash_and_reap(kit, host, nonce, lambda: len(codex.server.requests) >= 2, supervised)
     assert len(codex.server.requests) >= 1

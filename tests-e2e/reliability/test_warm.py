@@ -345,7 +345,7 @@ async def test_warm_processes_of_a_killed_host_are_gone(
         grace_ms=1000,
     )
     product.answer()
-    host = await default_runtime().spawn(spec)
+    host = await kit.spawn_host(spec, supervised=supervised)
     holder = 0
     try:
         assert host.stdout is not None
