@@ -17,7 +17,7 @@ import pytest
 
 from dsh.subprocess.testing import spawner_processes
 from dsh.tool_subagent import Harness
-from dsh.tool_subagent._demo_scenarios import owned_marked_processes
+from dsh.tool_subagent._demo.scenarios import owned_marked_processes
 
 NO_CAPABILITIES = {
     "output_schema": False,

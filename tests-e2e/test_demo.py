@@ -18,8 +18,8 @@ import pytest
 from rich.console import Console
 
 from dsh.subprocess import Collect, SpawnSpec, default_runtime
-from dsh.tool_subagent import _demo
-from dsh.tool_subagent._demo_scenarios import owned_marked_processes
+from dsh.tool_subagent._demo import command as demo
+from dsh.tool_subagent._demo.scenarios import owned_marked_processes
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
 
@@ -95,7 +95,7 @@ async def test_dsh_demo_exits_0_with_every_scenario_behaving() -> None:
     assert elapsed < DEMO_LIMIT_S
     assert err == ""
     lines = out.splitlines()
-    assert lines[0].rstrip() == _demo.TITLE
+    assert lines[0].rstrip() == demo.TITLE
     assert _table_rows(out, "┃") == [["scenario", "product", "outcome", "time"]]
     rows = _table_rows(out, "│")
     assert len(rows) == len(EXPECTED_ROWS)
@@ -124,9 +124,9 @@ def test_demo_names_the_extras_to_install_and_fails_with_no_provider(
         "the Codex provider and the Claude Code provider are not installed; install them"
         ' with pip install "dsh-tool-subagent[all]"'
     )
-    monkeypatch.setattr(_demo, "installed_provider_kinds", lambda: ())
+    monkeypatch.setattr(demo, "installed_provider_kinds", lambda: ())
     buffer = io.StringIO()
-    code = _demo.main(console=Console(file=buffer, width=300))
+    code = demo.main(console=Console(file=buffer, width=300))
     assert code == 1
     assert buffer.getvalue() == f"dsh demo did not run: {message}\n"
 
@@ -151,9 +151,9 @@ def test_demo_names_the_extras_to_install_and_fails_with_no_provider(
 def test_partial_install_runs_the_installed_half_and_names_the_other(
     monkeypatch: pytest.MonkeyPatch, installed: str, product: str, note: str
 ) -> None:
-    monkeypatch.setattr(_demo, "installed_provider_kinds", lambda: (installed,))
+    monkeypatch.setattr(demo, "installed_provider_kinds", lambda: (installed,))
     buffer = io.StringIO()
-    code = _demo.main(console=Console(file=buffer, width=300))
+    code = demo.main(console=Console(file=buffer, width=300))
     out = buffer.getvalue()
     assert code == 0, out
     lines = out.splitlines()

@@ -19,8 +19,8 @@ import pytest
 from dsh.subagent_claude_code._demo import SERVE_ANSWER as CLAUDE_ANSWER
 from dsh.subagent_codex._demo import SERVE_ANSWER as CODEX_ANSWER
 from dsh.subprocess import Collect, ManagedProcess, SpawnSpec, default_runtime
-from dsh.tool_subagent._demo_scenarios import owned_marked_processes
-from dsh.tool_subagent._demo_serve import END_OF_PROFILE
+from dsh.tool_subagent._demo.scenarios import owned_marked_processes
+from dsh.tool_subagent._demo.serve import END_OF_PROFILE
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(150)]
 

@@ -30,7 +30,7 @@ from dsh.subagent_codex.testing import (
     write_codex_home,
 )
 from dsh.tool_subagent import Caller, Harness, ToolResult
-from dsh.tool_subagent._demo_scenarios import owned_marked_processes
+from dsh.tool_subagent._demo.scenarios import owned_marked_processes
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
 

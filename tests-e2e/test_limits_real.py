@@ -32,7 +32,7 @@ from dsh.subagent_codex.testing import (
 )
 from dsh.subprocess import Collect, SpawnSpec, default_runtime
 from dsh.tool_subagent import Caller, Harness, ToolResult
-from dsh.tool_subagent._demo_scenarios import owned_marked_processes
+from dsh.tool_subagent._demo.scenarios import owned_marked_processes
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(180)]
 

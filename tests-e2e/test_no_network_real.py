@@ -27,7 +27,7 @@ import pytest
 
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.tool_subagent import Caller, Harness
-from dsh.tool_subagent._demo_scenarios import owned_marked_processes
+from dsh.tool_subagent._demo.scenarios import owned_marked_processes
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(180)]
 

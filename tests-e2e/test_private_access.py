@@ -28,7 +28,7 @@ _ALLOWED = {
     ("_process.py", "proc._start"),
     ("_process.py", "proc._abort_start"),
     ("_spawner.py", "child._control"),
-    ("_mcp.py", "handler._dsh_mcp"),
+    ("command.py", "handler._dsh_mcp"),
     ("_cli_options.py", "stream._dsh_cli"),
     ("testing.py", "provider._cli_command"),
 }

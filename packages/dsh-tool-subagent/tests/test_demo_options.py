@@ -13,11 +13,11 @@ import pytest
 from rich.console import Console
 
 from dsh.subprocess import SpawnSpec, default_runtime
-from dsh.tool_subagent import _demo
 from dsh.tool_subagent._cli import main as cli_main
-from dsh.tool_subagent._demo_jobs import LOCAL_JOBS, DemoOptionError, demo_jobs
-from dsh.tool_subagent._demo_serve import END_OF_PROFILE, serve
-from dsh.tool_subagent._demo_walk import RUN_ENV, new_run_tag, tagged, tagged_marked_processes
+from dsh.tool_subagent._demo import command as demo
+from dsh.tool_subagent._demo.jobs import LOCAL_JOBS, DemoOptionError, demo_jobs
+from dsh.tool_subagent._demo.serve import END_OF_PROFILE, serve
+from dsh.tool_subagent._demo.walk import RUN_ENV, new_run_tag, tagged, tagged_marked_processes
 
 
 @pytest.mark.parametrize(
@@ -39,12 +39,12 @@ def test_a_bad_option_is_an_error_naming_it_before_anything_starts(
     def nothing_may_start() -> None:
         raise AssertionError("the demo started before its options were checked")
 
-    monkeypatch.setattr(_demo, "_plans", nothing_may_start)
+    monkeypatch.setattr(demo, "_plans", nothing_may_start)
     with pytest.raises(DemoOptionError) as raised:
         demo_jobs(**options)  # type: ignore[arg-type]
     assert str(raised.value).startswith(message)
     buffer = io.StringIO()
-    assert _demo.main(console=Console(file=buffer, width=300), **options) == 2  # type: ignore[arg-type]
+    assert demo.main(console=Console(file=buffer, width=300), **options) == 2  # type: ignore[arg-type]
     assert buffer.getvalue() == f"dsh demo: {raised.value}\n"
 
 
@@ -57,7 +57,7 @@ def test_the_cli_passes_the_options_and_keeps_local_as_the_default(
         seen.append(kwargs)
         return 0
 
-    monkeypatch.setattr(_demo, "main", recording_main)
+    monkeypatch.setattr(demo, "main", recording_main)
     assert cli_main(["demo"]) == 0
     assert cli_main(["demo", "--executor", "ray", "--address", "auto"]) == 0
     assert cli_main(["demo", "--executor", "ray", "--max-runs-per-node", "3"]) == 0

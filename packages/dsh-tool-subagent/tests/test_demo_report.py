@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from dsh.tool_subagent._demo import DemoReport, Row, missing_providers, render
+from dsh.tool_subagent._demo.command import DemoReport, Row, missing_providers, render
 
 
 def test_missing_providers_names_the_extra() -> None:

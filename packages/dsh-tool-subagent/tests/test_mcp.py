@@ -37,10 +37,10 @@ from dsh.tool_subagent import (
     SubagentTool,
     SubagentToolConfig,
     _cli,
-    _mcp,
     failure_text,
 )
-from dsh.tool_subagent._mcp_server import (
+from dsh.tool_subagent._mcp import command as mcp_command
+from dsh.tool_subagent._mcp.server import (
     NOTICE_LEVEL,
     NOTICE_LOGGER,
     new_caller,
@@ -358,11 +358,11 @@ def test_a_missing_mcp_sdk_names_the_extra(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for name in list(sys.modules):
-        if name == "mcp" or name.startswith("mcp.") or name == "dsh.tool_subagent._mcp_server":
+        if name == "mcp" or name.startswith("mcp.") or name == "dsh.tool_subagent._mcp.server":
             monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "mcp", None)  # makes `import mcp` raise ImportError
     with pytest.raises(ImportError) as raised:
-        _mcp.load_server_module()
+        mcp_command.load_server_module()
     assert 'pip install "dsh-tool-subagent[mcp]"' in str(raised.value)
     assert _cli.main(["mcp"]) == 1
     assert 'pip install "dsh-tool-subagent[mcp]"' in capsys.readouterr().err
@@ -621,12 +621,13 @@ def test_a_missing_anyio_names_the_extra_too(
 ) -> None:
     # A [codex]-only install has neither mcp nor anyio; the server module imports anyio first.
     for name in list(sys.modules):
-        if name.startswith(("mcp", "anyio", "dsh.tool_subagent._mcp_")):
+        server_side = name.startswith("dsh.tool_subagent._mcp.") and name != mcp_command.__name__
+        if name.startswith(("mcp", "anyio")) or server_side:
             monkeypatch.delitem(sys.modules, name)
     for name in ("mcp", "mcp_types", "anyio"):
         monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(ImportError) as raised:
-        _mcp.load_server_module()
-    assert str(raised.value) == _mcp.MCP_MISSING
+        mcp_command.load_server_module()
+    assert str(raised.value) == mcp_command.MCP_MISSING
     assert _cli.main(["mcp"]) == 1
-    assert capsys.readouterr().err == f"dsh: {_mcp.MCP_MISSING}\n"
+    assert capsys.readouterr().err == f"dsh: {mcp_command.MCP_MISSING}\n"

@@ -8,8 +8,8 @@ import os
 import pytest
 
 from dsh.subprocess import LineTooLong
-from dsh.tool_subagent import _mcp_stdin
-from dsh.tool_subagent._mcp_stdin import stdin_lines
+from dsh.tool_subagent._mcp import stdin as mcp_stdin
+from dsh.tool_subagent._mcp.stdin import stdin_lines
 
 
 async def _lines_through_a_pipe(data: bytes) -> list[str]:
@@ -36,7 +36,7 @@ async def test_no_tail_means_no_extra_line() -> None:
 async def test_a_line_over_the_bound_raises_a_value_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_mcp_stdin, "MAX_LINE_BYTES", 16)
+    monkeypatch.setattr(mcp_stdin, "MAX_LINE_BYTES", 16)
     with pytest.raises(ValueError) as caught:  # noqa: PT011 - readline() raised a bare ValueError too
         await asyncio.wait_for(_lines_through_a_pipe(b"x" * 40 + b"\n"), 10)
     assert isinstance(caught.value, LineTooLong)

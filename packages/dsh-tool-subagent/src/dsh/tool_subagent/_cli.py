@@ -293,10 +293,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         instances = [(name, subagents.get(name)) for name in subagents.names()]
         return doctor(instances=instances, as_json=args.json)
     if args.command == "demo":
-        from dsh.tool_subagent import _demo
+        from dsh.tool_subagent._demo.command import main as demo
 
         return int(
-            _demo.main(
+            demo(
                 serve=args.serve,
                 executor=args.executor,
                 address=args.address,
@@ -304,9 +304,9 @@ def _dispatch(args: argparse.Namespace) -> int:
             )
         )
     if args.command == "mcp":
-        from dsh.tool_subagent import _mcp
+        from dsh.tool_subagent._mcp.command import main as serve_mcp
 
-        return _mcp.main(profile=args.profile, cwd=args.cwd, exit_process=True)
+        return serve_mcp(profile=args.profile, cwd=args.cwd, exit_process=True)
     raise AssertionError(f"unknown command {args.command!r}")  # argparse allows no other
 
 

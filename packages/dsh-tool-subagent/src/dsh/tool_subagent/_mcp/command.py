@@ -1,7 +1,7 @@
 """``dsh mcp``: serve a profile's tools over MCP stdio (extra ``dsh-tool-subagent[mcp]``).
 
 This module imports without the ``mcp`` SDK so the command can name the extra to install; the
-server itself lives in :mod:`dsh.tool_subagent._mcp_server`.
+server itself lives in :mod:`dsh.tool_subagent._mcp.server`.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def _missing_extra(exc: ImportError) -> bool:
 def load_server_module() -> ModuleType:
     """Import the MCP server module; a missing SDK raises an ``ImportError`` naming the extra."""
     try:
-        module = importlib.import_module("dsh.tool_subagent._mcp_server")
+        module = importlib.import_module("dsh.tool_subagent._mcp.server")
     except ImportError as exc:
         if _missing_extra(exc):
             raise ImportError(MCP_MISSING, name=exc.name) from exc

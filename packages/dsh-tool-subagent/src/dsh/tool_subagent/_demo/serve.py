@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from dsh.tool_subagent._demo_plans import InstalledPlan
+    from dsh.tool_subagent._demo.plans import InstalledPlan
 
 __all__ = ["END_OF_PROFILE", "serve", "to_toml"]
 
@@ -82,7 +82,7 @@ async def serve(
 
     ``jobs`` is the printed profile's ``[jobs]`` table (``dsh demo --serve --executor ray``).
     """
-    from dsh.tool_subagent._demo_plans import demo_profile
+    from dsh.tool_subagent._demo.plans import demo_profile
 
     out = out if out is not None else sys.stdout
     err = err if err is not None else sys.stderr

@@ -14,7 +14,7 @@ from importlib import metadata
 from typing import Any
 
 from dsh.subagent import PROVIDER_ENTRY_POINT_GROUP, DemoPlan
-from dsh.tool_subagent._demo_jobs import LOCAL_JOBS
+from dsh.tool_subagent._demo.jobs import LOCAL_JOBS
 from dsh.tool_subagent._known_providers import KNOWN_PROVIDERS
 
 __all__ = ["BROKEN", "InstalledPlan", "demo_profile", "installed_plans", "missing_providers"]

@@ -32,11 +32,11 @@ from dsh.jobs.tools import JobOutputTool, ToolBase, ToolResult
 from dsh.tool_subagent._agent_session import instructions_for
 from dsh.tool_subagent._contract import Tool
 from dsh.tool_subagent._harness import Harness
-from dsh.tool_subagent._mcp_calls import PROGRESS_INTERVAL_S, Calls
-from dsh.tool_subagent._mcp_drain import draining
-from dsh.tool_subagent._mcp_notices import NOTICE_LEVEL, NOTICE_LOGGER, Notices
-from dsh.tool_subagent._mcp_stdin import stdin_lines
-from dsh.tool_subagent._mcp_streams import ReadStream, WriteStream
+from dsh.tool_subagent._mcp.calls import PROGRESS_INTERVAL_S, Calls
+from dsh.tool_subagent._mcp.drain import draining
+from dsh.tool_subagent._mcp.notices import NOTICE_LEVEL, NOTICE_LOGGER, Notices
+from dsh.tool_subagent._mcp.stdin import stdin_lines
+from dsh.tool_subagent._mcp.streams import ReadStream, WriteStream
 from dsh.tool_subagent._tool import Caller
 
 __all__ = [

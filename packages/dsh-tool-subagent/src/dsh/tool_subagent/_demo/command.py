@@ -35,15 +35,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dsh.subagent import installed_provider_kinds
-from dsh.tool_subagent._demo_jobs import DemoJobs, DemoOptionError, demo_jobs
-from dsh.tool_subagent._demo_plans import (
+from dsh.tool_subagent._demo.jobs import DemoJobs, DemoOptionError, demo_jobs
+from dsh.tool_subagent._demo.plans import (
     InstalledPlan,
     demo_profile,
     installed_plans,
     missing_providers,
 )
-from dsh.tool_subagent._demo_scenarios import Scenario, Stage, scenario_phases
-from dsh.tool_subagent._demo_walk import new_run_tag, tagged, tagged_marked_processes
+from dsh.tool_subagent._demo.scenarios import Scenario, Stage, scenario_phases
+from dsh.tool_subagent._demo.walk import new_run_tag, tagged, tagged_marked_processes
 from dsh.tool_subagent._harness import Harness, default_tool_name
 from dsh.tool_subagent._known_providers import KNOWN_PROVIDERS
 from dsh.tool_subagent._signals import exit_code_on_signal
@@ -209,7 +209,7 @@ def _plans() -> tuple[list[InstalledPlan], str | None, str | None]:
 async def run_demo(jobs: DemoJobs | None = None) -> DemoReport:
     """Run every scenario and return the report (prints nothing).
 
-    ``jobs`` says where background jobs run (:func:`~dsh.tool_subagent._demo_jobs.demo_jobs`;
+    ``jobs`` says where background jobs run (:func:`~dsh.tool_subagent._demo.jobs.demo_jobs`;
     by default in this process).
     """
     began = time.monotonic()
@@ -252,7 +252,7 @@ def render(report: DemoReport, console: Console) -> None:
 
 
 def _serve(plans: Sequence[InstalledPlan], note: str | None, err: Console, jobs: DemoJobs) -> int:
-    from dsh.tool_subagent._demo_serve import serve
+    from dsh.tool_subagent._demo.serve import serve
 
     if note is not None:
         err.print(note, style="yellow", soft_wrap=True, highlight=False, markup=False)

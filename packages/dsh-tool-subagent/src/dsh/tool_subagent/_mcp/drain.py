@@ -19,7 +19,7 @@ import anyio
 from mcp.shared.message import SessionMessage
 from mcp.types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
-from dsh.tool_subagent._mcp_streams import ReadStream, WriteStream
+from dsh.tool_subagent._mcp.streams import ReadStream, WriteStream
 
 __all__ = ["DRAIN_TIMEOUT_S", "draining"]
 
