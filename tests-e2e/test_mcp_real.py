@@ -510,6 +510,24 @@ async def test_claude_codes_sigint_then_sigterm_leaves_an_idle_server_exiting_13
     assert (outcome.exit_code, outcome.signal) == (130, None)
 
 
+@pytest.mark.timeout(120)
+async def test_a_stop_right_after_the_handshake_is_a_clean_exit_every_time(
+    tmp_path: Path, workspace: Path
+) -> None:
+    # With no pause after `initialized`, the SDK's replay of the opening request broke under the
+    # cancel in 12 of 30 stops; the traceback path restored SIGTERM's default action, so the
+    # SIGTERM 100 ms later killed the server (CI saw it once in the test above).
+    outcomes = []
+    for _ in range(8):
+        runtime = SubprocessRuntime()
+        try:
+            process = await _spawn_initialized(runtime, [str(DSH), "mcp"], workspace)
+            outcomes.append(await _claude_code_shutdown(process))
+        finally:
+            await runtime.aclose()
+    assert [(o.exit_code, o.signal) for o in outcomes] == [(130, None)] * 8
+
+
 @pytest.mark.timeout(180)
 async def test_claude_codes_shutdown_with_a_run_in_flight_exits_the_tree_before_the_server(
     tmp_path: Path, workspace: Path
