@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
-from dsh.subprocess.testing import spawner_processes
+from dsh.subprocess.testing import describe_processes, spawner_processes
 from dsh.tool_subagent import Harness
 from dsh.tool_subagent._demo.scenarios import owned_marked_processes
 
@@ -172,22 +172,28 @@ MIXED_DESCRIBED = {
 }
 
 
-def _processes() -> set[int]:
+def _is_machinery(proc: psutil.Process) -> bool:
     # A spawner left by earlier tests of this session refills its standby supervisors in the
-    # background: those come and go by themselves. The spawner itself still counts, so a
-    # harness that started one would show.
-    machinery = set(spawner_processes(os.getpid()))
-    children = {
-        p.pid
-        for p in psutil.Process().children(recursive=True)
-        if not (p.pid in machinery and p.ppid() in machinery)
-    }
+    # background: those come and go by themselves. A supervisor is a fork of the spawner, so it
+    # carries the spawner's argv; each process is judged by its own argv, read now, since a
+    # supervisor forked after a separate list of the machinery was taken would not be on it.
+    # The spawner itself (whose parent is this process) still counts, so a harness that started
+    # one would show.
+    try:
+        return proc.ppid() != os.getpid() and proc.pid in spawner_processes(os.getpid())
+    except psutil.NoSuchProcess:
+        return True  # gone already: nothing started by the harness is left running
+
+
+def _processes() -> set[int]:
+    children = {p.pid for p in psutil.Process().children(recursive=True) if not _is_machinery(p)}
     return children | set(owned_marked_processes())
 
 
-def _started_since(before: set[int]) -> list[int]:
-    # Only new processes count: one left by an earlier test may end meanwhile.
-    return sorted(_processes() - before)
+def _started_since(before: set[int]) -> list[str]:
+    # Only new processes count: one left by an earlier test may end meanwhile. Each is described
+    # (command line, parent), so a failure in CI says what started.
+    return describe_processes(sorted(_processes() - before))
 
 
 @pytest.fixture
