@@ -223,7 +223,7 @@ def print_report(report: dict[str, Any]) -> None:
     console.print(
         f"dsh benchmarks — {meta['runs']} rounds, {meta['cpus']} CPUs, "
         f"load {meta['load_before']} → {meta['load_after']}, {meta['date']}"
-        + ("" if meta.get("nice", 10) == 10 else f", dsh's products at nice {meta['nice']}")
+        + ("" if meta.get("nice", "auto") == "auto" else f", dsh's products at nice {meta['nice']}")
     )
     cost = meta.get("spawn_cost_ms")
     if cost:

@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import psutil
 from bench_report import (
@@ -279,10 +279,10 @@ class Bench:
         concurrency: int,
         settle_s: float = 0.0,
         e2e_per_round: int = 1,
-        nice: int | None = 10,
+        nice: int | Literal["auto"] | None = "auto",
     ) -> None:
         self.servers = servers
-        self.nice = nice  # dsh's provider config ``nice`` (10 is the default)
+        self.nice = nice  # dsh's provider config ``nice`` ("auto" is the default)
         self.root = root
         self.concurrency = concurrency
         self.e2e_per_round = e2e_per_round
@@ -703,9 +703,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--nice",
-        type=lambda text: None if text == "none" else int(text),
-        default=10,
-        help="dsh's product niceness (provider config nice; default 10, 'none' to inherit)",
+        type=lambda text: None if text == "none" else text if text == "auto" else int(text),
+        default="auto",
+        help="dsh's product niceness (provider config nice; default auto, 'none' to inherit)",
     )
     parser.add_argument(
         "--kernel-layer",

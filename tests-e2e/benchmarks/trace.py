@@ -132,7 +132,7 @@ def _claude_points(tracer: Tracer) -> None:
     tracer.wrap(_transport.DshTransport, "close", "transport closed", entry=True)
 
 
-async def _dsh_once(bench: Bench, tracer: Tracer, nice: int | None) -> Events:
+async def _dsh_once(bench: Bench, tracer: Tracer, nice: int | str | None) -> Events:
     provider = bench.dsh_provider("trace")
     provider.config = provider.config.model_copy(update={"nice": nice})
     request = _request(bench._dir("ws", "trace"), "BENCH-E2E answer please", bench.product)
@@ -266,9 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=0.2)
     parser.add_argument(
         "--nice",
-        type=lambda text: None if text == "none" else int(text),
-        default=10,
-        help="dsh's product niceness (provider config nice; default 10, 'none' to inherit)",
+        type=lambda text: None if text == "none" else text if text == "auto" else int(text),
+        default="auto",
+        help="dsh's product niceness (provider config nice; default auto, 'none' to inherit)",
     )
     args = parser.parse_args(argv)
     args.products = tuple(p for p in args.products.split(",") if p)

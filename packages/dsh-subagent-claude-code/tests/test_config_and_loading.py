@@ -24,7 +24,7 @@ def test_defaults() -> None:
     assert config.dispose_grace_ms == 3000
     assert config.private_tmp is True
     assert config.stderr == "forward"
-    assert config.nice == 10
+    assert config.nice == "auto"
     assert ClaudeCodeProviderConfig(nice=None).nice is None
 
 

@@ -77,7 +77,7 @@ def test_config_defaults_and_from_config(monkeypatch: pytest.MonkeyPatch) -> Non
     assert config.permission_mode == "never"
     assert config.dispose_grace_ms == 3000
     assert config.stderr == "forward"
-    assert config.nice == 10
+    assert config.nice == "auto"
     monkeypatch.setenv("PATH", "")
     provider = CodexProvider.from_config({"provider_name": "codex-x", "model": "m"})
     assert provider.name == "codex-x"

@@ -33,6 +33,7 @@ from dsh.subagent_codex.testing import (
     write_codex_home,
 )
 from dsh.subprocess import marked_processes
+from dsh.subprocess._contention import contention
 
 pytestmark = pytest.mark.real_product
 Env = Any
@@ -327,15 +328,50 @@ async def test_app_server_killed_mid_turn_is_process_exit(codex_env: Env) -> Non
     )
 
 
+def _tids(pid: int) -> list[int]:
+    return [int(task.name) for task in Path(f"/proc/{pid}/task").iterdir()]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="threads' nice is Linux's")
+async def test_under_contention_every_busy_app_server_is_lowered(codex_env: Env) -> None:
+    """nice = "auto" with the real product: one run more than the calm count lowers every
+    running app-server, each of its threads (Codex is multi-threaded) and its autogroup."""
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    count = contention.calm + 1
+    for _ in range(count):
+        codex_env.server.queue_stall(seconds=30)
+    runs = []
+    try:
+        for _ in range(count):
+            runs.append(await codex_env.provider().start(codex_env.request("t")))
+        await codex_env.server.wait_for_requests(count)
+
+        def thread_nices() -> set[int]:
+            return {
+                os.getpriority(os.PRIO_PROCESS, tid) for run in runs for tid in _tids(run._proc.pid)
+            }
+
+        deadline = asyncio.get_running_loop().time() + 10
+        while thread_nices() != {max(own, contention.nice_for(count))}:
+            assert asyncio.get_running_loop().time() < deadline, thread_nices()
+            await asyncio.sleep(0.05)
+        assert len(_tids(runs[0]._proc.pid)) > 1  # threads were there
+    finally:
+        for run in runs:
+            run.cancel()
+            await run.aclose()
+    assert contention.busy_count() == 0
+
+
 async def test_cancel_mid_turn_is_aborted_and_leaves_no_process(codex_env: Env) -> None:
     codex_env.server.queue_stall(seconds=30)
     run = await codex_env.provider().start(codex_env.request("t"))
     tree_id = run._proc.tree_id
     await codex_env.server.wait_for_requests(1)
     assert await asyncio.to_thread(marked_processes, tree_id)
-    # The app-server runs at the config's default nice (10), never above the host's own.
+    # A lone run (the default nice = "auto") runs at the host's own priority.
     own = os.getpriority(os.PRIO_PROCESS, 0)
-    assert os.getpriority(os.PRIO_PROCESS, run._proc.pid) == max(10, own)
+    assert os.getpriority(os.PRIO_PROCESS, run._proc.pid) == own
     run.cancel()
     result = await run.result()
     assert result.stop_reason is StopReason.ABORTED

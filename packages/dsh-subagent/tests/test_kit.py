@@ -55,7 +55,7 @@ def test_defaults() -> None:
     assert config.env_policy == "scrub"
     assert config.dispose_grace_ms == 3000
     assert config.stderr == "forward"
-    assert config.nice == 10
+    assert config.nice == "auto"
     assert config.prewarm == 0
 
 
@@ -66,6 +66,7 @@ def test_defaults() -> None:
         ({"dispose_grace_ms": MAX_GRACE_MS + 1}, "dispose_grace_ms"),
         ({"nice": 20}, "nice"),
         ({"nice": True}, "nice"),
+        ({"nice": "high"}, "nice"),
         ({"prewarm": -1}, "prewarm"),
         ({"prewarm": kit.MAX_PREWARM + 1}, "prewarm"),
         ({"prewarm": True}, "prewarm"),

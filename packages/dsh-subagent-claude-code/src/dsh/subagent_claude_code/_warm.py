@@ -67,6 +67,8 @@ class WarmClaudeCode:
         run = await self.pool.take(key)
         if run is None:
             return None
+        if run.process is not None:
+            run.process.set_busy(True)  # it counts as a run in flight again (nice = "auto")
         try:
             run.begin(texts)
             await run.wait_ready()
@@ -98,6 +100,8 @@ class WarmClaudeCode:
         except BaseException:
             await _discard_quietly(run)
             raise
+        if run.process is not None:
+            run.process.set_busy(False)  # waiting for a delegation: no contention ("auto")
         return run
 
 

@@ -70,6 +70,7 @@ class WarmCodex:
         run = await self.pool.take(key)
         if run is None:
             return None
+        run.process.set_busy(True)  # it counts as a run in flight again (nice = "auto")
         # No await since the pool checked it alive: the task goes out on the thread it has.
         return await self._steps.publish(run, texts)
 
@@ -86,6 +87,7 @@ class WarmCodex:
             with contextlib.suppress(Exception):
                 await run.rollback()
             raise
+        run.process.set_busy(False)  # waiting for a delegation: no contention (nice = "auto")
         return run
 
 

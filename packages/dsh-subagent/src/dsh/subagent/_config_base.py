@@ -41,6 +41,9 @@ __all__ = [
 MAX_GRACE_MS = 2_147_483_647
 """The longest ``dispose_grace_ms`` (``SpawnSpec.grace_ms``'s bound in dsh.subprocess)."""
 
+_MAX_NICE = 19
+"""The largest ``nice`` (``SpawnSpec.nice``'s bound in dsh.subprocess)."""
+
 MAX_PREWARM = 16
 """The most warm product processes one provider instance keeps (``prewarm``)."""
 
@@ -104,8 +107,9 @@ class ProviderConfigBase(BaseModel):
     dispose_grace_ms: float = Field(default=3000.0, gt=0, le=MAX_GRACE_MS)
     """SIGTERM-to-SIGKILL grace when the tree is disposed (``SpawnSpec.grace_ms``)."""
     stderr: Literal["forward", "discard"] = "forward"
-    nice: int | None = Field(default=10, ge=0, le=19, strict=True)
-    """The product tree's CPU niceness (see ``SpawnSpec.nice``); None keeps the harness's."""
+    nice: int | Literal["auto"] | None = "auto"
+    """The product tree's CPU niceness (see ``SpawnSpec.nice``): ``auto`` (full priority while
+    few runs are in flight, 10 under contention), 0 to 19, or None to keep the harness's."""
     prewarm: int = Field(default=0, ge=0, le=MAX_PREWARM, strict=True)
     """Warm product processes kept spawned and initialised for the next delegations (0: none)."""
     isolation: Isolation = "native"
@@ -122,6 +126,16 @@ class ProviderConfigBase(BaseModel):
     machine cannot enforce one, a run fails before spawning, unless ``limits_best_effort``."""
     limits_best_effort: bool = False
     """Run without the limits the machine cannot enforce, instead of failing."""
+
+    @field_validator("nice", mode="before")
+    @classmethod
+    def _check_nice(cls, value: object) -> object:
+        # One check with one message, rather than one error per branch of the union.
+        if value is None or value == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_NICE:
+            raise ValueError("nice must be an integer from 0 to 19, 'auto', or null")
+        return value
 
     @field_validator("provider_name")
     @classmethod

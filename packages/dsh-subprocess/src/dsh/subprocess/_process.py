@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import subprocess
@@ -18,9 +19,10 @@ import psutil
 
 from dsh.subprocess import _procfs
 from dsh.subprocess._cgroup import kernel_layer, limits_problem
+from dsh.subprocess._contention import contention
 from dsh.subprocess._env import build_child_env
 from dsh.subprocess._marker import format_marker
-from dsh.subprocess._priority import lower_priority
+from dsh.subprocess._priority import lower_priority, lower_running
 from dsh.subprocess._procfs import TREE_MARKER_ENV, Snapshot, read_info, scan
 from dsh.subprocess._spawner import (
     GroupJoinFailed,
@@ -146,6 +148,7 @@ class ManagedProcess:
         self._sampler: asyncio.Task[None] | None = None
         self._gone_notified = False
         self._closed = False
+        self._auto_nice = spec.nice == "auto"
 
     def __repr__(self) -> str:
         return f"<ManagedProcess pid={self.pid} tree_id={self.tree_id}>"
@@ -161,6 +164,28 @@ class ManagedProcess:
     def tree_gone(self) -> bool:
         """True once the whole tree has been observed gone."""
         return self._tree.gone
+
+    def set_busy(self, busy: bool) -> None:
+        """Whether this tree counts as a run in flight for ``nice = "auto"`` (see SpawnSpec).
+
+        An auto tree is busy from its spawn; an owner that keeps it idle on purpose (a warm
+        process waiting for a delegation) says so, and says again when it is put to work. A
+        no-op for any other ``nice`` and once the tree is gone.
+        """
+        if not self._auto_nice or self._tree.gone:
+            return
+        if busy:
+            contention.busy(self)
+        else:
+            contention.idle(self)
+
+    def lower_priority(self, nice: int) -> None:
+        """Lower every live member of the tree (each thread, and its autogroup) to ``nice`` now.
+
+        Never raises a priority. Blocking (one process-table scan): call it off the event loop.
+        """
+        if not self._tree.gone:
+            lower_running(self._tree.live_pids(scan(0.0, refresh=self._tree.watched_pids())), nice)
 
     def collected(self, name: Literal["stdout", "stderr"]) -> CollectedText:
         """The bounded tail (so far) of a ``Collect`` stream."""
@@ -411,6 +436,8 @@ class ManagedProcess:
         if self._gone_notified:
             return
         self._gone_notified = True
+        if self._auto_nice:
+            contention.forget(self)
         self._release_group()
         self._gone_event.set()
         self._poll_exit()
@@ -720,10 +747,11 @@ def _plain_popen(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> subpr
 def _spawn_child(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> Child:
     """The worker-thread half of a spawn: fork and exec, then the requested priority.
 
-    A supervised child has set its own priority between fork and exec.
+    ``spec.nice`` is resolved here (never ``"auto"``). A supervised child has set its own
+    priority between fork and exec.
     """
     popen = _popen(spec, env, cwd)
-    if spec.nice is not None and not isinstance(popen, SupervisedChild):
+    if isinstance(spec.nice, int) and not isinstance(popen, SupervisedChild):
         lower_priority(popen.pid, spec.nice)
     return popen
 
@@ -745,7 +773,11 @@ async def launch(
     apply_trace_context(env, spec.env)
     env[TREE_MARKER_ENV] = marker
     cwd = _check_cwd(spec.cwd)
-    job = submit(_spawn_child, spec, env, cwd)
+    started_at = contention.start_nice() if spec.nice == "auto" else spec.nice
+    # Nice 0 asks for nothing: a child never runs above the caller's priority anyway, and asking
+    # costs the supervisor a fork instead of a vfork.
+    resolved = dataclasses.replace(spec, nice=started_at or None)
+    job = submit(_spawn_child, resolved, env, cwd)
     spawning = asyncio.wrap_future(job)
     try:
         popen = await asyncio.shield(spawning)
@@ -759,6 +791,8 @@ async def launch(
             _adopt(late, spec, marker, loop, on_spawned, on_gone)._abort_start()
         raise
     proc = _adopt(popen, spec, marker, loop, on_spawned, on_gone)
+    if spec.nice == "auto":
+        contention.busy(proc, started_at=started_at or 0)
     try:
         await proc._start()
     except BaseException:

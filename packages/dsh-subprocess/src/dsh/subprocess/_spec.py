@@ -83,6 +83,9 @@ class SpawnSpec:
     name. ``grace_ms`` is the SIGTERM-to-SIGKILL grace, and also bounds pipe draining after exit.
     ``nice`` (0 to 19) lowers the tree's CPU priority: the child's nice value and, on Linux, its
     session's autogroup, set right after ``exec`` (best effort); ``None`` inherits the caller's.
+    ``"auto"`` runs the tree at the caller's priority while few trees are busy in this process,
+    and lowers every busy one by tiers as more are: 10, then 19 (``ManagedProcess.set_busy``;
+    docs/profiles.md).
     ``limits`` bounds the whole tree through the kernel layer (a cgroup per run); where the
     machine cannot enforce them the spawn fails before anything starts, unless
     ``limits.best_effort``.
@@ -95,17 +98,19 @@ class SpawnSpec:
     stdout: StreamSpec = "pipe"
     stderr: StreamSpec = "pipe"
     grace_ms: float = 3000.0
-    nice: int | None = None
+    nice: int | Literal["auto"] | None = None
     limits: Limits | None = None
 
     def __post_init__(self) -> None:
         if self.limits is not None and not isinstance(self.limits, Limits):
             raise ValueError("limits must be a Limits or None")
         nice: object = self.nice
-        if nice is not None and (
-            isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= _MAX_NICE
+        if (
+            nice is not None
+            and nice != "auto"
+            and (isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= _MAX_NICE)
         ):
-            raise ValueError("nice must be an integer from 0 to 19, or None")
+            raise ValueError("nice must be an integer from 0 to 19, 'auto', or None")
         object.__setattr__(self, "argv", _check_argv(self.argv))
         object.__setattr__(self, "grace_ms", _check_grace(self.grace_ms))
         object.__setattr__(self, "env", _check_env(self.env))

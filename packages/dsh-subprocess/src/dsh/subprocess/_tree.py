@@ -151,6 +151,11 @@ class Tree:
                 self.gone = True
         return alive
 
+    def live_pids(self, snap: Snapshot) -> list[int]:
+        """The members alive in ``snap`` (recorded as an observation)."""
+        with self._lock:
+            return sorted(self._observe(snap))
+
     def watched_pids(self) -> frozenset[int]:
         """The pids whose state decides this tree: its members so far and its supervisor."""
         with self._lock:
