@@ -1,15 +1,19 @@
-"""Smoke: the benchmark script runs end to end (quick settings, Codex only, no peer SDKs).
+"""Smoke: the benchmark script runs end to end (quick settings, Codex only).
 
-It runs as a program (never imported), needs no ``bench`` group, and checks the JSON it writes:
-every measured figure is present and positive, the targets are evaluated, nothing leaked.
+It runs as a program (never imported) and checks the JSON it writes: every measured figure is
+present and positive, the targets are evaluated, nothing leaked. The paired mode runs without the
+peer SDKs and needs no ``bench`` group; the user method (``--method user``) compares with the
+official Codex SDK, so it needs ``openai-codex`` (the ``bench`` group, one of the default groups).
 Timing targets are printed by the script, never asserted here (the machine is shared).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,13 +22,10 @@ from dsh.subprocess import Collect, SpawnSpec, default_runtime
 SCRIPT = Path(__file__).resolve().parent / "benchmarks" / "run.py"
 
 
-@pytest.mark.real_product
-@pytest.mark.timeout(120)
-async def test_quick_benchmark_writes_a_complete_report(tmp_path: Path) -> None:
-    out = tmp_path / "bench.json"
-    argv = [sys.executable, str(SCRIPT), "--quick", "--products", "codex", "--no-peers"]
+async def _run_script(*args: str, out: Path) -> dict[str, Any]:
+    """Run the benchmark with ``args`` (JSON to ``out``, no table); return its report."""
     spec = SpawnSpec(
-        argv=[*argv, "--no-table", "--json", str(out)],
+        argv=[sys.executable, str(SCRIPT), *args, "--no-table", "--json", str(out)],
         stdout=Collect(1 << 16),
         stderr=Collect(1 << 16),
     )
@@ -34,7 +35,16 @@ async def test_quick_benchmark_writes_a_complete_report(tmp_path: Path) -> None:
     finally:
         await proc.aclose()
     assert outcome.exit_code == 0, proc.collected("stderr").text[-2000:]
-    report = json.loads(out.read_text(encoding="utf-8"))
+    text = await asyncio.to_thread(out.read_text, encoding="utf-8")
+    report: dict[str, Any] = json.loads(text)
+    return report
+
+
+@pytest.mark.real_product
+@pytest.mark.timeout(120)
+async def test_quick_benchmark_writes_a_complete_report(tmp_path: Path) -> None:
+    args = ("--quick", "--products", "codex", "--no-peers")
+    report = await _run_script(*args, out=tmp_path / "bench.json")
     assert report["meta"]["variants"] == ["dsh", "cli"]
     assert report["meta"]["leftover_marked_processes"] == []
     codex = report["products"]["codex"]
@@ -62,3 +72,29 @@ async def test_quick_benchmark_writes_a_complete_report(tmp_path: Path) -> None:
     cpu = "parent CPU per run / the SDK's (medians)"
     assert statuses.pop(cpu) == "n/a"  # no SDK ran
     assert set(statuses.values()) <= {"PASS", "MISS"}
+
+
+@pytest.mark.real_product
+@pytest.mark.timeout(120)
+async def test_user_method_writes_a_complete_report(tmp_path: Path) -> None:
+    args = ("--method", "user", "--rounds", "1", "--warmup", "0", "--products", "codex")
+    report = await _run_script(*args, out=tmp_path / "user.json")
+    meta = report["meta"]
+    assert meta["method"] == "user"
+    assert (meta["rounds"], meta["warmup"], meta["nice"]) == (1, 0, "default")
+    assert meta["leftover_marked_processes"] == []
+    assert meta["leftover_children"] == []
+    assert len(meta["load_before"]) == 3
+    assert list(report["products"]) == ["codex"]
+    codex = report["products"]["codex"]
+    assert codex["errors"] == []
+    assert codex["late_tree_exits"] == []
+    assert codex["n"] == 1
+    for key in ("dsh_e2e_ms", "sdk_e2e_ms", "dsh_cpu_ms", "sdk_cpu_ms"):
+        assert codex[key] > 0, key
+    for metric in ("e2e", "cpu"):
+        ratio = codex[f"{metric}_ratio_of_medians"]
+        assert ratio > 0
+        assert codex[f"{metric}_ratio_median_of_rounds"] == pytest.approx(ratio, rel=0.01)
+    for side in ("dsh", "sdk"):
+        assert codex["samples_ms"][side] == [[codex[f"{side}_e2e_ms"], codex[f"{side}_cpu_ms"]]]

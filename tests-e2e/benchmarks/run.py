@@ -1,6 +1,8 @@
 """dsh benchmarks: the dsh providers vs the official SDKs vs the raw product CLIs.
 
-Run: ``uv run python tests-e2e/benchmarks/run.py [--runs N] [--quick]``.
+Run: ``uv run python tests-e2e/benchmarks/run.py [--runs N] [--quick]``. This is the default
+``--method paired``; ``--method user`` measures the way a user runs each side instead (fresh
+service, provider and home per delegation, default configs): see ``user_method.py``.
 
 Everything runs in this one process against the same loopback model servers (a separate process,
 ``model_servers.py``, so their CPU and event-loop work never count against the parent). Each
@@ -71,6 +73,7 @@ from dsh.tool_subagent._limits import RunLimits, Watchdog
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_JSON = HERE / "results" / "latest.json"
+USER_JSON = HERE / "results" / "user-latest.json"  # ``--method user``'s default
 ANSWER = "BENCH-OK"
 TOOL_MARK = "time.sleep(37)"  # in the argv of the tool process model_servers.py asks for
 CODEX_MODEL = "mock-model"
@@ -140,6 +143,16 @@ def _marker_of(pid: int) -> str | None:
 
 def _our_leftovers() -> list[int]:
     return [pid for pid in marked_processes() if _marker_of(pid) in OUR_TREES]
+
+
+def _leftover_children() -> list[int]:
+    """This process's live descendants, less dsh.subprocess's own spawner machinery."""
+    infrastructure = set(spawner_processes(os.getpid()))
+    return [
+        p.pid
+        for p in psutil.Process().children(recursive=True)
+        if _alive(p.pid) and p.pid not in infrastructure
+    ]
 
 
 def _leftovers(tree_id: str, extra: tuple[int, ...] = ()) -> list[int]:
@@ -653,7 +666,17 @@ def _version(dist: str) -> str | None:
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
+    parser.add_argument(
+        "--method",
+        choices=("paired", "user"),
+        default="paired",
+        help="paired: this script's trios (the default); user: dsh and the official SDKs as a"
+        " user runs them, fresh service, provider and home per delegation (user_method.py)",
+    )
     parser.add_argument("--runs", type=int, default=10, help="recorded rounds (default 10)")
+    parser.add_argument(
+        "--rounds", type=int, default=30, help="--method user: recorded rounds (default 30)"
+    )
     parser.add_argument("--warmup", type=int, default=1, help="unrecorded rounds first")
     parser.add_argument("--concurrency", type=int, default=8, help="runs in flight (default 8)")
     parser.add_argument(
@@ -704,8 +727,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--nice",
         type=lambda text: None if text == "none" else text if text == "auto" else int(text),
-        default="auto",
-        help="dsh's product niceness (provider config nice; default auto, 'none' to inherit)",
+        default=argparse.SUPPRESS,
+        help="dsh's product niceness (provider config nice; default: the provider's default,"
+        " auto; 'none' to inherit)",
     )
     parser.add_argument(
         "--kernel-layer",
@@ -713,7 +737,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default="on",
         help="off: dsh's runs without the kernel layer (DSH_KERNEL_LAYER=off), to measure its cost",
     )
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write JSON")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        help=f"where to write JSON (default results/{DEFAULT_JSON.name},"
+        f" --method user results/{USER_JSON.name})",
+    )
     parser.add_argument("--no-table", action="store_true", help="write JSON only")
     parser.add_argument(
         "--svg",
@@ -723,8 +752,18 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--ray", action="store_true", help="then run ray_executor.py's benchmark")
     args = parser.parse_args(argv)
+    args.nice_given = hasattr(args, "nice")
+    if not args.nice_given:
+        args.nice = "auto"  # the providers' default
+    if args.json is None:
+        args.json = USER_JSON if args.method == "user" else DEFAULT_JSON
+    if args.method == "user" and (args.no_peers or args.prewarm):
+        parser.error("--method user compares dsh with the official SDKs: no --no-peers, --prewarm")
+    if args.rounds < 1:
+        parser.error("--rounds must be >= 1")
     if args.quick:
         args.runs, args.warmup, args.concurrency, args.e2e_per_round = 1, 0, 2, 1
+        args.rounds = 1
     products = tuple(p for p in args.products.split(",") if p)
     if not products or any(p not in PRODUCTS for p in products):
         parser.error(f"--products takes a comma list of {', '.join(PRODUCTS)}")
@@ -776,12 +815,7 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     finally:
         await servers.aclose()
     leftovers = await asyncio.to_thread(_our_leftovers)
-    infrastructure = set(await asyncio.to_thread(spawner_processes, os.getpid()))
-    children = [
-        p.pid
-        for p in psutil.Process().children(recursive=True)
-        if _alive(p.pid) and p.pid not in infrastructure
-    ]
+    children = await asyncio.to_thread(_leftover_children)
     return {
         "meta": {
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -845,6 +879,14 @@ def main(argv: list[str] | None = None) -> int:
             args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
             _write_svg(args.svg, report)
             return 1 if any("error" in p for p in report["products"].values()) else 0
+        if args.method == "user":
+            import user_method
+
+            report = user_method.run_user(args, root)
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+            print(f"JSON written to {args.json}", file=sys.stderr)
+            return 1 if user_method.failed(report) else 0
         report = asyncio.run(_bench(args, root))
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -172,8 +172,8 @@ class ManagedProcess:
         process waiting for a delegation) says so, and says again when it is put to work. A
         no-op for any other ``nice`` and once the tree is gone.
         """
-        if not self._auto_nice or self._tree.gone:
-            return
+        if not self._auto_nice or self._gone_notified:
+            return  # once gone it was forgotten; counting it again would never end
         if busy:
             contention.busy(self)
         else:

@@ -1,0 +1,314 @@
+"""The user method (issue 28): dsh and the official SDKs measured the way a user runs them.
+
+Run: ``uv run python tests-e2e/benchmarks/run.py --method user [--rounds N] [--products ...]
+[--nice N|none]``. The default ``--method paired`` is run.py's own measurement, unchanged.
+
+One process, against the same loopback model servers as the paired mode (``model_servers.py``,
+a separate process). Each round takes, for each product in turn, one dsh delegation and one
+official-SDK delegation, one at a time with no pause: dsh first on even rounds, the SDK first on
+odd ones. ``--warmup`` rounds (default 1) come first and are not recorded. Nothing is reused
+between delegations:
+
+- dsh: a fresh ``SubagentService`` (``async with``), a fresh provider with its **default
+  configuration** plus the env that points the product at the loopback model (the ``testing``
+  modules' ``hermetic_env``; ``nice`` only when ``--nice`` is given), registered, then
+  ``async with await service.start(name, request) as run:`` around ``run.result()``, then
+  ``provider.aclose()`` before the service's exit.
+- the Codex SDK: the sync ``openai_codex.Codex`` client in a worker thread (``asyncio.to_thread``):
+  ``with Codex(CodexConfig(env, cwd)) as codex: codex.thread_start(cwd=...).run(task)``, default
+  arguments otherwise.
+- the Claude Agent SDK: ``claude_agent_sdk.query(prompt, options)`` iterated to its end, with
+  ``ClaudeAgentOptions(cwd, env)`` only. Its env also names a private ``TMPDIR`` in the
+  delegation's directory (dsh gives its product one by default; this keeps the SDK's scratch files
+  out of ``/tmp``).
+- a fresh product home per delegation on both sides (Codex: a new ``CODEX_HOME`` written by
+  ``write_codex_home``; Claude Code: a new ``HOME`` and ``CLAUDE_CONFIG_DIR``) and a fresh
+  workspace. Writing them is outside every figure.
+
+Figures per delegation:
+
+- *end-to-end wall* (``time.perf_counter``): dsh from the call of ``service.start()`` to the end
+  of the run's ``async with`` block (its ``aclose()`` returns only after whole-tree exit); the
+  Codex SDK around the ``await asyncio.to_thread(...)`` of the whole ``with Codex(...)`` block; the
+  Claude SDK from the ``query()`` call to the end of its iteration (the SDK waits for its CLI).
+- *parent CPU*: the delta of ``time.process_time()`` (this process, all its threads) around the
+  whole delegation: dsh from entering the service to leaving it, the SDKs around the same span as
+  their wall time. The model servers' CPU is in their own process and never counted.
+
+Per product: the medians of both, the median of per-round ratios dsh / SDK (a round's two
+delegations see the same machine, which cancels slow drift) and the ratio of medians. After every
+dsh delegation the script checks independently that no process carrying the run's tree marker is
+left (run.py's ``_verify_gone``; a tree still there after 5 s is killed and reported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import importlib
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from run import (
+    ANSWER,
+    CODEX_MODEL,
+    OUR_TREES,
+    ModelServers,
+    _leftover_children,
+    _our_leftovers,
+    _tree_of,
+    _verify_gone,
+    _version,
+)
+
+from dsh.subagent import Parent, StopReason, SubagentService, SubagentStartRequest, TextBlock
+from dsh.subagent_claude_code import ClaudeCodeProvider, ClaudeCodeProviderConfig
+from dsh.subagent_claude_code.testing import hermetic_env as claude_hermetic_env
+from dsh.subagent_codex import CodexProvider, CodexProviderConfig
+from dsh.subagent_codex.testing import hermetic_env as codex_hermetic_env
+from dsh.subagent_codex.testing import write_codex_home
+
+__all__ = ["failed", "run_user"]
+
+TASK = "BENCH-E2E answer please"
+Measured = tuple[float, float]  # (end-to-end wall s, parent CPU s)
+
+
+class _Delegations:
+    """One product's two sides, each call with a fresh home, workspace, service and provider."""
+
+    def __init__(
+        self, product: str, servers: ModelServers, root: Path, overrides: dict[str, Any]
+    ) -> None:
+        self.product = product
+        self.servers = servers
+        self.root = root
+        self.overrides = overrides  # dsh config fields beyond ``env``: ``nice`` when given
+        self.count = 0
+        self.late_exits: list[float] = []
+
+    def _fresh(self, side: str) -> tuple[Path, dict[str, str]]:
+        """A new directory for one delegation: its workspace and the env of its new home."""
+        self.count += 1
+        base = self.root / self.product / f"{side}-{self.count}"
+        workspace = base / "ws"
+        workspace.mkdir(parents=True)
+        if self.product == "codex":
+            home = write_codex_home(base / "home", self.servers.codex_url, CODEX_MODEL)
+            return workspace, codex_hermetic_env(home)
+        return workspace, claude_hermetic_env(base / "home", self.servers.claude_url)
+
+    def _provider(self, env: dict[str, str]) -> CodexProvider | ClaudeCodeProvider:
+        fields = {"env": env, **self.overrides}
+        if self.product == "codex":
+            return CodexProvider(CodexProviderConfig(**fields))
+        return ClaudeCodeProvider(ClaudeCodeProviderConfig(**fields))
+
+    async def dsh(self) -> Measured:
+        workspace, env = self._fresh("dsh")
+        request = SubagentStartRequest(
+            prompt=(TextBlock(TASK),), parent=Parent(session_id="dsh-bench", cwd=str(workspace))
+        )
+        cpu0 = time.process_time()
+        async with SubagentService() as service:
+            provider = self._provider(env)
+            service.register(provider)
+            began = time.perf_counter()
+            async with await service.start(provider.name, request) as run:
+                tree_id = _tree_of(run.inner).tree_id
+                OUR_TREES.add(tree_id)
+                result = await run.result()
+            wall = time.perf_counter() - began
+            await provider.aclose()
+        cpu = time.process_time() - cpu0
+        late = await _verify_gone(tree_id, time.perf_counter())
+        if late is not None:
+            self.late_exits.append(late)
+        if result.stop_reason is not StopReason.COMPLETED or result.text.strip() != ANSWER:
+            raise RuntimeError(f"dsh run ended {result.stop_reason}: {result.diagnostic}")
+        return wall, cpu
+
+    async def sdk(self) -> Measured:
+        workspace, env = self._fresh("sdk")
+        if self.product == "codex":
+            cpu0 = time.process_time()
+            began = time.perf_counter()
+            text = await asyncio.to_thread(_codex_sdk, workspace, env)
+        else:
+            sdk = importlib.import_module("claude_agent_sdk")
+            tmp = workspace.parent / "tmp"
+            tmp.mkdir()
+            env = {**env, "TMPDIR": str(tmp), "CLAUDE_CODE_TMPDIR": str(tmp)}
+            options = sdk.ClaudeAgentOptions(cwd=str(workspace), env=env)
+            text = ""
+            cpu0 = time.process_time()
+            began = time.perf_counter()
+            async for message in sdk.query(prompt=TASK, options=options):
+                if isinstance(message, sdk.ResultMessage):
+                    text = str(message.result or "")
+        wall = time.perf_counter() - began
+        cpu = time.process_time() - cpu0
+        if text.strip() != ANSWER:
+            raise RuntimeError(f"unexpected SDK answer {text[:80]!r}")
+        return wall, cpu
+
+
+def _codex_sdk(workspace: Path, env: dict[str, str]) -> str:
+    """One delegation with the official sync client, as its Quickstart uses it (worker thread)."""
+    sdk = importlib.import_module("openai_codex")
+    with sdk.Codex(sdk.CodexConfig(env=env, cwd=str(workspace))) as codex:
+        result = codex.thread_start(cwd=str(workspace)).run(TASK)
+    return str(result.final_response or "")
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 1)
+
+
+def _figures(pairs: list[tuple[Measured, Measured]]) -> dict[str, Any]:
+    if not pairs:
+        return {"n": 0}
+    dsh = [d for d, _ in pairs]
+    sdk = [s for _, s in pairs]
+
+    def median(values: list[Measured], index: int) -> float:
+        return statistics.median(v[index] for v in values)
+
+    def ratios(index: int) -> float:
+        return statistics.median(d[index] / s[index] for d, s in pairs if s[index] > 0)
+
+    return {
+        "n": len(pairs),
+        "dsh_e2e_ms": _ms(median(dsh, 0)),
+        "sdk_e2e_ms": _ms(median(sdk, 0)),
+        "e2e_ratio_median_of_rounds": round(ratios(0), 3),
+        "e2e_ratio_of_medians": round(median(dsh, 0) / median(sdk, 0), 3),
+        "dsh_cpu_ms": _ms(median(dsh, 1)),
+        "sdk_cpu_ms": _ms(median(sdk, 1)),
+        "cpu_ratio_median_of_rounds": round(ratios(1), 3),
+        "cpu_ratio_of_medians": round(median(dsh, 1) / median(sdk, 1), 3),
+        "samples_ms": {  # per recorded round, in order: [end-to-end wall, parent CPU]
+            "dsh": [[_ms(w), _ms(c)] for w, c in dsh],
+            "sdk": [[_ms(w), _ms(c)] for w, c in sdk],
+        },
+    }
+
+
+async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    # Import cost (≈0.7 s for openai_codex) stays out of every figure.
+    await asyncio.to_thread(importlib.import_module, "openai_codex")
+    await asyncio.to_thread(importlib.import_module, "claude_agent_sdk")
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    overrides = {"nice": args.nice} if args.nice_given else {}
+    servers = await ModelServers.start()
+    sides = {p: _Delegations(p, servers, root, overrides) for p in args.products}
+    pairs: dict[str, list[tuple[Measured, Measured]]] = {p: [] for p in args.products}
+    errors: dict[str, list[str]] = {p: [] for p in args.products}
+    try:
+        for round_no in range(args.warmup + args.rounds):
+            for product, side in sides.items():
+                try:
+                    if round_no % 2 == 0:
+                        dsh = await side.dsh()
+                        sdk = await side.sdk()
+                    else:
+                        sdk = await side.sdk()
+                        dsh = await side.dsh()
+                except Exception as exc:
+                    errors[product].append(f"round {round_no}: {exc!r}"[:300])
+                    continue
+                if round_no >= args.warmup:
+                    pairs[product].append((dsh, sdk))
+            print(
+                f"round {round_no + 1}/{args.warmup + args.rounds}"
+                f"{' (warm-up)' if round_no < args.warmup else ''} done",
+                file=sys.stderr,
+                flush=True,
+            )
+    finally:
+        await servers.aclose()
+    return {
+        "meta": {
+            "method": "user",
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "rounds": args.rounds,
+            "warmup": args.warmup,
+            "nice": args.nice if args.nice_given else "default",
+            "cpus": os.cpu_count(),
+            "load_before": load_before,
+            "load_after": [round(x, 2) for x in os.getloadavg()],
+            "versions": {
+                dist: _version(dist)
+                for dist in (
+                    "dsh-subagent-codex",
+                    "dsh-subagent-claude-code",
+                    "openai-codex-cli-bin",
+                    "openai-codex",
+                    "claude-agent-sdk",
+                )
+            },
+            "leftover_marked_processes": await asyncio.to_thread(_our_leftovers),
+            "leftover_children": await asyncio.to_thread(_leftover_children),
+        },
+        "products": {
+            product: {
+                **_figures(pairs[product]),
+                "late_tree_exits": sides[product].late_exits,
+                "errors": errors[product],
+            }
+            for product in args.products
+        },
+    }
+
+
+def _print(report: dict[str, Any]) -> None:
+    meta = report["meta"]
+    print(
+        f"dsh vs the official SDKs, the user method — {meta['date']}, {meta['rounds']} rounds "
+        f"after {meta['warmup']} warm-up, {meta['cpus']} CPUs, load at start "
+        f"{meta['load_before']} (after {meta['load_after']}), dsh nice: {meta['nice']}"
+    )
+    for product, f in report["products"].items():
+        problems = f["errors"] + [f"late tree exit {x} s" for x in f["late_tree_exits"]]
+        for problem in problems:
+            print(f"  {product}: ERROR {problem}")
+        if f["n"] == 0:
+            continue
+        print(
+            f"  {product}: end to end dsh {f['dsh_e2e_ms']} ms, SDK {f['sdk_e2e_ms']} ms; "
+            f"dsh / SDK median of per-round ratios {f['e2e_ratio_median_of_rounds']}x, "
+            f"ratio of medians {f['e2e_ratio_of_medians']}x; n = {f['n']}"
+        )
+        print(
+            f"  {product}: parent CPU dsh {f['dsh_cpu_ms']} ms, SDK {f['sdk_cpu_ms']} ms; "
+            f"ratio of medians {f['cpu_ratio_of_medians']}x, "
+            f"median of per-round ratios {f['cpu_ratio_median_of_rounds']}x"
+        )
+    if meta["leftover_marked_processes"] or meta["leftover_children"]:
+        print(
+            f"  LEFTOVERS: marked {meta['leftover_marked_processes']}, "
+            f"children {meta['leftover_children']}"
+        )
+
+
+def run_user(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """The ``--method user`` mode of run.py: measure, print, and return the report."""
+    report = asyncio.run(_bench(args, root))
+    if not args.no_table:
+        _print(report)
+    return report
+
+
+def failed(report: dict[str, Any]) -> bool:
+    """Whether the report shows an error, a late tree exit or a leftover process."""
+    meta = report["meta"]
+    return bool(
+        meta["leftover_marked_processes"]
+        or meta["leftover_children"]
+        or any(p["errors"] or p["late_tree_exits"] for p in report["products"].values())
+    )
