@@ -328,6 +328,19 @@ class _Spawner:
 _spawner = _Spawner()
 
 
+_FS_ENCODING = sys.getfilesystemencoding()
+
+
+def _encode_env(env: dict[str, str]) -> dict[bytes, bytes]:
+    """``os.fsencode`` of every name and value (POSIX), without its per-call type checks: a spawn
+    encodes some 50 variables on the host, and this is its largest share of building a request."""
+    encoding = _FS_ENCODING
+    return {
+        name.encode(encoding, "surrogateescape"): value.encode(encoding, "surrogateescape")
+        for name, value in env.items()
+    }
+
+
 def _stdio_source(mode: StreamSpec | str, index: int, pipes: dict[str, int]) -> int | None:
     """The child's end for stdio slot ``index``; the host's end goes into ``pipes``."""
     name = ("stdin", "stdout", "stderr")[index]
@@ -371,7 +384,7 @@ def spawn_supervised(
         layout = _open_stdio(spec, pipes, sources)
         request = {
             "argv": [os.fsencode(arg) for arg in spec.argv],
-            "env": {os.fsencode(name): os.fsencode(value) for name, value in env.items()},
+            "env": _encode_env(env),
             "cwd": os.fsencode(cwd if cwd is not None else Path.cwd()),  # the host's, as Popen
             "nice": spec.nice,
             "stdio": layout,
