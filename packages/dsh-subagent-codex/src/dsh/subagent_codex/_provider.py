@@ -58,13 +58,8 @@ def _client_version() -> str:
     return _version("dsh-subagent-codex", "0")
 
 
-@functools.cache
 def _locate() -> tuple[str, str | None]:
-    """The bundled codex binary and the bundled PATH dir (never a PATH lookup).
-
-    Cached once found: the pinned payload does not move while the process runs, and its lookup
-    resolves paths (about 0.3 ms of the host's CPU per run). A failed lookup is not cached.
-    """
+    """The bundled codex binary and the bundled PATH dir (never a PATH lookup)."""
     import codex_cli_bin
 
     program = str(codex_cli_bin.bundled_codex_path())
