@@ -664,6 +664,18 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def _versions() -> dict[str, str | None]:
+    """The installed versions of dsh's providers and of the peers, for a report's meta."""
+    dists = (
+        "dsh-subagent-codex",
+        "dsh-subagent-claude-code",
+        "openai-codex-cli-bin",
+        "openai-codex",
+        "claude-agent-sdk",
+    )
+    return {dist: _version(dist) for dist in dists}
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0] if __doc__ else None)
     parser.add_argument(
@@ -831,16 +843,7 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             "load_after": [round(x, 2) for x in os.getloadavg()],
             "python": platform.python_version(),
             "platform": platform.platform(),
-            "versions": {
-                dist: _version(dist)
-                for dist in (
-                    "dsh-subagent-codex",
-                    "dsh-subagent-claude-code",
-                    "openai-codex-cli-bin",
-                    "openai-codex",
-                    "claude-agent-sdk",
-                )
-            },
+            "versions": _versions(),
             "spawn_cost_ms": spawn_cost,
             "supervised": not args.plain_spawn,
             "kernel_layer": kernel_layer().describe()[0],

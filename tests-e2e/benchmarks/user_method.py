@@ -63,7 +63,7 @@ from run import (
     _our_leftovers,
     _tree_of,
     _verify_gone,
-    _version,
+    _versions,
 )
 
 from dsh.subagent import Parent, StopReason, SubagentService, SubagentStartRequest, TextBlock
@@ -242,16 +242,7 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             "cpus": os.cpu_count(),
             "load_before": load_before,
             "load_after": [round(x, 2) for x in os.getloadavg()],
-            "versions": {
-                dist: _version(dist)
-                for dist in (
-                    "dsh-subagent-codex",
-                    "dsh-subagent-claude-code",
-                    "openai-codex-cli-bin",
-                    "openai-codex",
-                    "claude-agent-sdk",
-                )
-            },
+            "versions": _versions(),
             "leftover_marked_processes": await asyncio.to_thread(_our_leftovers),
             "leftover_children": await asyncio.to_thread(_leftover_children),
         },
