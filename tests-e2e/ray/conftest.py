@@ -14,7 +14,6 @@ import os
 import secrets
 import shutil
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -198,12 +197,16 @@ class RayKit:
         assert snapshot.where is not None, snapshot
         return snapshot.where
 
-    @staticmethod
-    def lost_run_dirs() -> list[Path]:
+    @property
+    def node_tmp(self) -> Path:
+        """The nodes' ``TMPDIR``: their products' run dirs live here, not in the shared ``/tmp``,
+        where any other dsh process on the machine would sweep a lost one before a test sees it."""
+        return self.temp_dir / "tmp"
+
+    def lost_run_dirs(self) -> list[Path]:
         """Claude Code run dirs (``dsh-claude-<pid>-*``) whose owner process is gone."""
-        root = Path(tempfile.gettempdir())
         found = []
-        for path in root.glob("dsh-claude-*-*"):
+        for path in self.node_tmp.glob("dsh-claude-*-*"):
             pid = path.name.split("-")[2]
             if pid.isdigit() and not psutil.pid_exists(int(pid)):
                 found.append(path)
@@ -239,6 +242,7 @@ def ray_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayKit]:
             "RAY_AUTH_TOKEN": token,
             "RAY_USAGE_STATS_ENABLED": "0",
             "RAY_TMPDIR": str(temp_dir),
+            "TMPDIR": str(temp_dir / "tmp"),  # RayKit.node_tmp
             # Ray's own switch for "no multi-host cluster": every process (nodes, drivers,
             # workers) then takes 127.0.0.1 as its node address instead of the host's IP.
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
@@ -254,6 +258,7 @@ def ray_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayKit]:
         }
     )
     (temp_dir / "spans").mkdir()
+    (temp_dir / "tmp").mkdir()
     # Ray read RAY_AUTH_MODE when it was imported; its own test helper re-reads the config.
     reset_auth_token_state()
     monkeypatch = pytest.MonkeyPatch()
@@ -278,10 +283,13 @@ def ray_kit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayKit]:
     finally:
         ray.shutdown()
         cluster.shutdown()  # type: ignore[no-untyped-call]
+        # The session's leak guard watches the shared /tmp; the nodes' own is checked here.
+        left = sorted(path.name for path in (temp_dir / "tmp").glob("dsh-*"))
         os.environ.clear()
         os.environ.update(saved)
         reset_auth_token_state()
         monkeypatch.undo()
+    assert left == [], f"temporary dirs outlived the Ray nodes: {left}"
 
 
 @dataclass

@@ -14,7 +14,7 @@ import os
 import re
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,13 +50,27 @@ _FACT = (
     r"decision: [a-z ]+\): [A-Za-z ]+"
 )
 _NOTES = ("Codex completed without a final answer",)
-_REAPER = "from dsh.subprocess import reap_orphans; print(reap_orphans())"
+#: Imports first, reaps when a line arrives on stdin (``Kit.fresh_reaper``).
+_REAPER = (
+    "import sys; from dsh.subprocess import reap_orphans; sys.stdin.readline(); "
+    "print(reap_orphans())"
+)
+
+
+class ReapedElsewhere(Exception):
+    """A killed host's orphans vanished before this test's own reaper reached them.
+
+    Every dsh process reaps the trees of dead owners when it starts, so another dsh program on
+    the machine (a user's ``dsh demo``, another suite) may win the race. Nothing outlived the
+    host then, but the attempt proved nothing about the reaper under test: it is tried again.
+    """
 
 
 class Kit:
     """Helpers for the reliability tests (requests, providers, process-table probes)."""
 
     here = HERE
+    ReapedElsewhere = ReapedElsewhere
     escapee = HERE / "escapee.py"
     line_re = re.compile(_LINE)
 
@@ -158,21 +172,61 @@ class Kit:
             process_module._SUPERVISED = was
 
     @staticmethod
-    async def reap_in_fresh_process() -> set[int]:
-        """Run ``reap_orphans()`` in a new Python process, as after a host crash; the pids it
-        reaped. The reaper must exit 0."""
+    @contextlib.asynccontextmanager
+    async def fresh_reaper() -> AsyncIterator[Callable[[], Awaitable[set[int]]]]:
+        """A new Python process, as after a host crash, that runs ``reap_orphans()`` when told.
+
+        It starts (and imports dsh) before the crash, so that the reap comes right after the
+        test's own checks and other dsh processes on the machine have less time to be first.
+        Calling what it yields reaps once and gives the pids reaped; the reaper must exit 0.
+        """
         reaper = await default_runtime().spawn(
             SpawnSpec(
                 argv=[sys.executable, "-c", _REAPER],
+                stdin="pipe",
                 stdout=Collect(65_536),
                 stderr=Collect(16_384),
                 grace_ms=1000,
             )
         )
-        async with reaper:
+
+        async def reap() -> set[int]:
+            assert reaper.stdin is not None
+            reaper.stdin.write(b"go\n")
+            await reaper.stdin.drain()
             outcome = await reaper.wait()
-        assert outcome.exit_code == 0, reaper.collected("stderr").text
-        return set(ast.literal_eval(reaper.collected("stdout").text))  # a printed list of ints
+            assert outcome.exit_code == 0, reaper.collected("stderr").text
+            return set(ast.literal_eval(reaper.collected("stdout").text))  # a printed list
+
+        async with reaper:
+            yield reap
+
+    @staticmethod
+    async def reap_in_fresh_process() -> set[int]:
+        """Run ``reap_orphans()`` in a new Python process now; the pids it reaped."""
+        async with Kit.fresh_reaper() as reap:
+            return await reap()
+
+    @staticmethod
+    async def until_not_reaped_elsewhere(
+        attempt: Callable[[int], Awaitable[None]], tries: int = 5
+    ) -> None:
+        """Run ``attempt(n)`` until one ends without ``ReapedElsewhere`` (at most ``tries``).
+
+        A crash test's "orphans outlived the host" is a race against every other dsh process on
+        the machine; losing it ``tries`` times in a row is a failure all the same, since it also
+        means the orphans may have died with the host.
+        """
+        for n in range(tries):
+            try:
+                await attempt(n)
+            except ReapedElsewhere:
+                continue
+            return
+        raise AssertionError(
+            f"in {tries} attempts the killed host's orphans were gone before this test's reaper "
+            "ran (they died with the host, or another dsh process reaped them first each time)"
+        )
 
     @staticmethod
     def open_fds() -> int:

@@ -326,55 +326,67 @@ MODES = [pytest.param(True, id="supervised"), pytest.param(False, id="plain")]
 async def test_warm_processes_of_a_killed_host_are_gone(
     kit: Any, product: Product, tmp_path: Path, supervised: bool
 ) -> None:
-    await asyncio.to_thread((tmp_path / "host-tmp").mkdir)
-    spec = SpawnSpec(
-        argv=[
-            sys.executable,
-            str(kit.here / "warm_host.py"),
-            product.name,
-            product.base_url,
-            str(product.root),
-            str(product.workspace),
-            "2",
-            *(() if supervised else ("plain",)),
-            *(("private",) if product.private else ()),
-        ],
-        env={"TMPDIR": str(tmp_path / "host-tmp")},
-        stdout="pipe",
-        stderr=Collect(16_384),
-        grace_ms=1000,
-    )
-    product.answer()
-    host = await kit.spawn_host(spec, supervised=supervised)
-    holder = 0
-    try:
-        assert host.stdout is not None
-        async with asyncio.timeout(90):
-            line = await host.stdout.readline()
-        assert line, host.collected("stderr").text
-        report = json.loads(line)
-        holder = report["holder"]
-        warm = set(report["warm"])
-        assert len(warm) == 2
-        owned = set(await asyncio.to_thread(kit.owned_by, host.pid))
-        assert warm <= owned  # the warm processes carry the host's tree marker
-        os.kill(host.pid, signal.SIGKILL)
-        assert (await host.wait()).signal == "SIGKILL"
-        if supervised:
-            # Each supervisor sees its host's socket close and kills its tree: no reaper needed.
-            await kit.wait_until(lambda: kit.owned_by(host.pid) == [], 3.0, "the warm trees")
-        else:
-            await asyncio.sleep(0.5)
-            survivors = set(await asyncio.to_thread(kit.owned_by, host.pid))
-            assert warm <= survivors, [
-                (p, psutil.pid_exists(p) and psutil.Process(p).status()) for p in warm
-            ]
-        reaped = await kit.reap_in_fresh_process()  # asserts the reaper exited 0
-        if not supervised:
+    async def attempt(n: int) -> None:
+        host_tmp = tmp_path / f"host-tmp-{n}"
+        await asyncio.to_thread(host_tmp.mkdir)
+        spec = SpawnSpec(
+            argv=[
+                sys.executable,
+                str(kit.here / "warm_host.py"),
+                product.name,
+                product.base_url,
+                str(product.root),
+                str(product.workspace),
+                "2",
+                *(() if supervised else ("plain",)),
+                *(("private",) if product.private else ()),
+            ],
+            env={"TMPDIR": str(host_tmp)},
+            stdout="pipe",
+            stderr=Collect(16_384),
+            grace_ms=1000,
+        )
+        product.answer()
+        host = await kit.spawn_host(spec, supervised=supervised)
+        holder = 0
+        try:
+            assert host.stdout is not None
+            async with asyncio.timeout(90):
+                line = await host.stdout.readline()
+            assert line, host.collected("stderr").text
+            report = json.loads(line)
+            holder = report["holder"]
+            warm = set(report["warm"])
+            assert len(warm) == 2
+            owned = set(await asyncio.to_thread(kit.owned_by, host.pid))
+            assert warm <= owned  # the warm processes carry the host's tree marker
+            if supervised:
+                os.kill(host.pid, signal.SIGKILL)
+                assert (await host.wait()).signal == "SIGKILL"
+                # Each supervisor sees its host's socket close and kills its tree: no reaper.
+                await kit.wait_until(lambda: kit.owned_by(host.pid) == [], 3.0, "the warm trees")
+                await kit.reap_in_fresh_process()  # asserts the reaper exited 0
+                assert await asyncio.to_thread(kit.owned_by, host.pid) == []
+                return
+            async with kit.fresh_reaper() as reap:
+                os.kill(host.pid, signal.SIGKILL)
+                assert (await host.wait()).signal == "SIGKILL"
+                await asyncio.sleep(0.5)
+                survivors = set(await asyncio.to_thread(kit.owned_by, host.pid))
+                if not survivors:
+                    raise kit.ReapedElsewhere  # another dsh process on the machine was first
+                assert warm <= survivors, [
+                    (p, psutil.pid_exists(p) and psutil.Process(p).status()) for p in warm
+                ]
+                reaped = await reap()  # asserts the reaper exited 0
+            if not warm <= reaped and await asyncio.to_thread(kit.owned_by, host.pid) == []:
+                raise kit.ReapedElsewhere  # taken between the scan above and this reaper's
             assert warm <= reaped, (warm, reaped)
-        assert await asyncio.to_thread(kit.owned_by, host.pid) == []
-    finally:
-        if holder:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(holder, signal.SIGKILL)
-        await host.aclose()
+            assert await asyncio.to_thread(kit.owned_by, host.pid) == []
+        finally:
+            if holder:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(holder, signal.SIGKILL)
+            await host.aclose()
+
+    await kit.until_not_reaped_elsewhere(attempt)
