@@ -18,7 +18,7 @@ from dsh.jobs.tools import ToolBase, ToolResult, job_tools
 from dsh.subagent import SubagentService
 from dsh.subagent.testing import FakeProvider
 from dsh.tool_subagent import AgentSession, Caller, Harness, SubagentTool, SubagentToolConfig
-from dsh.tool_subagent._agent_session import CLOSED_TEXT
+from dsh.tool_subagent._agent_session import CLOSED_TEXT, instructions_for
 
 RELATIVE = Path("relative/dir")
 RELATIVE_ABSOLUTE = str(RELATIVE.absolute())  # the tests run in one working directory
@@ -48,6 +48,17 @@ def make_harness(provider: FakeProvider, *extra: Any) -> Harness:
 
 def bg(label: str) -> dict[str, Any]:
     return {"description": label, "prompt": "p", "run_in_background": True}
+
+
+def test_the_instructions_text_is_exact_and_names_every_job_tool() -> None:
+    # Model-visible: the job tools' clauses come from their classes (JOB_TOOLS_GUIDE).
+    assert instructions_for(make_harness(FakeProvider())) == (
+        "Delegate self-contained tasks to coding-agent subagents (delegation tools:"
+        " subagent_fake). A call with run_in_background: true returns a job id at once. When a"
+        " background job finishes, its completion notice is appended to the result of your next"
+        " dsh tool call; read the output with job_output (wait: true blocks until it finishes),"
+        " list jobs with job_list and stop one with job_kill."
+    )
 
 
 async def test_a_foreground_call_answers_and_an_unknown_tool_is_named() -> None:

@@ -73,6 +73,11 @@ class ToolBase(Generic[CallerT]):
     def __init__(self, schema: Mapping[str, Any]) -> None:
         self._schema: dict[str, Any] = copy.deepcopy(dict(schema))
 
+    def may_run_long(self, arguments: Mapping[str, Any]) -> bool:
+        """Whether a call with ``arguments`` may wait on work (a product run); a server shows
+        progress for such calls. A job tool answers at once unless it says otherwise."""
+        return not self.is_job_tool
+
     @property
     def input_schema(self) -> dict[str, Any]:
         """A copy of the schema (a caller that edits it changes no tool)."""

@@ -14,9 +14,14 @@ from dsh.jobs._tool_base import ToolBase, ToolResult
 from dsh.jobs._types import JobOwner, JobSnapshot
 from dsh.jobs.errors import JobError
 
-__all__ = ["JOB_TOOL_NAMES", "JobKillTool", "JobListTool", "JobOutputTool", "job_tools"]
-
-JOB_TOOL_NAMES = ("job_output", "job_list", "job_kill")
+__all__ = [
+    "JOB_TOOLS_GUIDE",
+    "JOB_TOOL_NAMES",
+    "JobKillTool",
+    "JobListTool",
+    "JobOutputTool",
+    "job_tools",
+]
 
 _JOB_ID = {
     "type": "string",
@@ -40,6 +45,8 @@ class _JobTool(ToolBase[JobOwner | None]):
 
     _SCHEMA: ClassVar[dict[str, Any]]
     is_job_tool: ClassVar[bool] = True
+    #: This tool's part of the sentence that tells the model how to use the job tools.
+    guide: ClassVar[str]
     # job_list and job_output only read (so hosts may run them without asking).
     behaviour_hints: ClassVar[Mapping[str, bool] | None] = {"read_only": True, "open_world": False}
 
@@ -56,6 +63,7 @@ class _JobTool(ToolBase[JobOwner | None]):
 
 class JobOutputTool(_JobTool):
     name = "job_output"
+    guide = f"read the output with {name} (wait: true blocks until it finishes)"
     description = (
         "Read a background job's output and status. The reply is the job's output (or "
         '"(no new output)" while it has none) and always ends with a line [status: ...]. '
@@ -80,6 +88,9 @@ class JobOutputTool(_JobTool):
         "additionalProperties": False,
     }
 
+    def may_run_long(self, arguments: Mapping[str, Any]) -> bool:
+        return arguments.get("wait") is True
+
     async def _call(self, arguments: Mapping[str, Any], caller: JobOwner | None) -> ToolResult:
         job_id: str = arguments["job_id"]
         registry = self.registry
@@ -100,6 +111,7 @@ class JobOutputTool(_JobTool):
 
 class JobListTool(_JobTool):
     name = "job_list"
+    guide = f"list jobs with {name}"
     description = (
         "List this session's background jobs, one per line: <id> [<kind>] <status> — <label>. "
         "Use job_output to read one."
@@ -121,6 +133,7 @@ class JobListTool(_JobTool):
 
 class JobKillTool(_JobTool):
     name = "job_kill"
+    guide = f"stop one with {name}"
     # Stopping a job again changes nothing.
     behaviour_hints: ClassVar[Mapping[str, bool] | None] = {
         "read_only": False,
@@ -154,6 +167,17 @@ class JobKillTool(_JobTool):
         return ToolResult(
             text=f"job {job_id} had already finished {snapshot.status_line}", value=value
         )
+
+
+_JOB_TOOLS = (JobOutputTool, JobListTool, JobKillTool)
+
+
+JOB_TOOL_NAMES = tuple(tool.name for tool in _JOB_TOOLS)
+#: How to use the job tools, one clause per tool, for a server's or an agent's instructions:
+#: "read the output with job_output (...), list jobs with job_list and stop one with job_kill".
+JOB_TOOLS_GUIDE = " and ".join(
+    [", ".join(tool.guide for tool in _JOB_TOOLS[:-1]), _JOB_TOOLS[-1].guide]
+)
 
 
 def job_tools(registry: JobRegistry) -> tuple[JobOutputTool, JobListTool, JobKillTool]:

@@ -13,9 +13,17 @@ from dsh.jobs._tool_base import (
     to_openai_tool,
     validate_arguments,
 )
-from dsh.jobs._tools import JOB_TOOL_NAMES, JobKillTool, JobListTool, JobOutputTool, job_tools
+from dsh.jobs._tools import (
+    JOB_TOOL_NAMES,
+    JOB_TOOLS_GUIDE,
+    JobKillTool,
+    JobListTool,
+    JobOutputTool,
+    job_tools,
+)
 
 __all__ = [
+    "JOB_TOOLS_GUIDE",
     "JOB_TOOL_NAMES",
     "JobKillTool",
     "JobListTool",

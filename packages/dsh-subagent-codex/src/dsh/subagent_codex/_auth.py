@@ -23,7 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsh.subagent.kit import product_config_dir
+
 __all__ = [
+    "CONFIG_DIR_ENV",
+    "DEFAULT_CONFIG_DIR",
     "EPHEMERAL_STORE_ARGS",
     "LOGIN_FILE",
     "LOGIN_KEY_ENV",
@@ -33,6 +37,8 @@ __all__ = [
     "plan_auth",
 ]
 
+CONFIG_DIR_ENV = "CODEX_HOME"
+DEFAULT_CONFIG_DIR = ".codex"
 LOGIN_FILE = "auth.json"
 LOGIN_KEY_ENV = ("CODEX_API_KEY", "OPENAI_API_KEY")
 """The variables whose value may be logged in, in this order (``codex exec``'s own preference)."""
@@ -45,11 +51,7 @@ Stamp = tuple[int, int, int] | None
 def codex_home(env: Mapping[str, str | None], environ: Mapping[str, str] | None = None) -> Path:
     """The ``CODEX_HOME`` a process with the overlay ``env`` uses (``$HOME/.codex`` by default)."""
     ambient: Mapping[str, str] = os.environ if environ is None else environ
-    configured = env["CODEX_HOME"] if "CODEX_HOME" in env else ambient.get("CODEX_HOME")
-    if configured:
-        return Path(configured)
-    home = env["HOME"] if "HOME" in env else ambient.get("HOME")
-    return Path(home or Path.home()) / ".codex"
+    return product_config_dir(CONFIG_DIR_ENV, DEFAULT_CONFIG_DIR, env, ambient)
 
 
 def login_stamp(home: Path) -> Stamp:

@@ -14,8 +14,14 @@ from typing import Any
 
 from dsh.subagent import DemoPlan, ProductFailure, ResolvedStartRequest
 from dsh.subagent.kit import FailureFacts, ProductInstall, ProviderBase, check_one_shot_request
-from dsh.subagent_codex._auth import AuthPlan, plan_auth
-from dsh.subagent_codex._config import CodexProviderConfig
+from dsh.subagent_codex._auth import (
+    CONFIG_DIR_ENV,
+    DEFAULT_CONFIG_DIR,
+    LOGIN_FILE,
+    AuthPlan,
+    plan_auth,
+)
+from dsh.subagent_codex._config import CODEX_CREDENTIAL_ENV, CodexProviderConfig
 from dsh.subagent_codex._env import forwarding, tool_env_override
 from dsh.subagent_codex._first_start import first_start_guard
 from dsh.subagent_codex._mapping import MODE_FIELDS, OPT_OUT_NOTIFICATIONS, PREFIX, PRODUCT
@@ -94,10 +100,10 @@ _INSTALL = ProductInstall(
     distribution="openai-codex-cli-bin",
     payload_label="Codex payload",
     locate_payload=lambda: _locate()[0],
-    config_dir_env="CODEX_HOME",
-    default_config_dir=".codex",
-    login_file="auth.json",
-    login_env=("OPENAI_API_KEY", "CODEX_API_KEY"),
+    config_dir_env=CONFIG_DIR_ENV,
+    default_config_dir=DEFAULT_CONFIG_DIR,
+    login_file=LOGIN_FILE,
+    login_env=CODEX_CREDENTIAL_ENV,
     login_command="codex login",
 )
 

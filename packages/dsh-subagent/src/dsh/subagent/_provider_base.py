@@ -23,9 +23,24 @@ from dsh.subagent._config_base import ProviderConfigBase
 from dsh.subagent._doctor import DoctorCheck, credential_checks, payload_check, version_check
 from dsh.subagent._types import NO_START_CAPABILITIES, Capabilities
 
-__all__ = ["ProductInstall", "ProviderBase", "isolation_check"]
+__all__ = ["ProductInstall", "ProviderBase", "isolation_check", "product_config_dir"]
 
 ConfigT = TypeVar("ConfigT", bound=ProviderConfigBase)
+
+
+def product_config_dir(
+    variable: str, default_dir: str, env: Mapping[str, str | None], environ: Mapping[str, str]
+) -> Path:
+    """The config dir of a product spawned with the overlay ``env`` over ``environ``.
+
+    ``variable`` (e.g. ``CODEX_HOME``) names it when set, else it is ``$HOME/<default_dir>``;
+    the overlay wins over ``environ`` for both, and a ``None`` in it unsets the variable.
+    """
+    configured = env[variable] if variable in env else environ.get(variable)
+    if configured:
+        return Path(configured)
+    home = env["HOME"] if "HOME" in env else environ.get("HOME")
+    return Path(home or Path.home()) / default_dir
 
 
 @dataclass(frozen=True)
@@ -57,11 +72,8 @@ class ProductInstall:
         if config.isolation == "private":
             template = config.home_template
             return None if template is None else Path(template) / self.login_file
-        configured = config.env.get(self.config_dir_env) or environ.get(self.config_dir_env)
-        if configured:
-            return Path(configured) / self.login_file
-        home = Path(config.env.get("HOME") or Path.home())
-        return home / self.default_config_dir / self.login_file
+        home = product_config_dir(self.config_dir_env, self.default_config_dir, config.env, environ)
+        return home / self.login_file
 
     def rows(
         self,

@@ -45,7 +45,7 @@ from dsh.subagent._owned_dirs import (
     sweep_lost_dirs,
     sweep_lost_dirs_once,
 )
-from dsh.subagent._provider_base import ProductInstall, ProviderBase
+from dsh.subagent._provider_base import ProductInstall, ProviderBase, product_config_dir
 from dsh.subagent._usage import RunTimings, UsageFacts, non_negative_int
 from dsh.subagent._warm import WARM_START_TIMEOUT_S, WarmPool
 from dsh.subagent.errors import ProductFailure
@@ -86,6 +86,7 @@ __all__ = [
     "non_negative_int",
     "owned_dir_prefix",
     "payload_check",
+    "product_config_dir",
     "sweep_lost_dirs",
     "sweep_lost_dirs_once",
     "version_check",

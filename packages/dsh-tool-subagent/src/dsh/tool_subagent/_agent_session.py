@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from dsh.jobs.tools import ToolResult
+from dsh.jobs.tools import JOB_TOOLS_GUIDE, ToolResult
 from dsh.tool_subagent._contract import Caller, Tool
 from dsh.tool_subagent._harness import Harness
 from dsh.tool_subagent._notice_queue import NoticeQueue
@@ -46,8 +46,7 @@ def instructions_for(harness: Harness) -> str:
         f"Delegate self-contained tasks to coding-agent subagents (delegation tools: {names})."
         " A call with run_in_background: true returns a job id at once. When a background job"
         " finishes, its completion notice is appended to the result of your next dsh tool call;"
-        " read the output with job_output (wait: true blocks until it finishes), list jobs with"
-        " job_list and stop one with job_kill."
+        f" {JOB_TOOLS_GUIDE}."
     )
 
 

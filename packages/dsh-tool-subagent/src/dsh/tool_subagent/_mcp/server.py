@@ -28,7 +28,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
-from dsh.jobs.tools import JobOutputTool, ToolBase, ToolResult
+from dsh.jobs.tools import JOB_TOOL_NAMES, ToolBase, ToolResult
 from dsh.tool_subagent._agent_session import instructions_for
 from dsh.tool_subagent._contract import Tool
 from dsh.tool_subagent._harness import Harness
@@ -58,8 +58,8 @@ logger = logging.getLogger("dsh.tool_subagent.mcp")
 
 SERVER_NAME = "dsh"
 NO_DELEGATION_WARNING = (
-    "dsh mcp: warning: the profile serves no delegation tool (only job_output, job_list and"
-    " job_kill); add a [[provider]] or install a provider extra"
+    f"dsh mcp: warning: the profile serves no delegation tool (only {', '.join(JOB_TOOL_NAMES)});"
+    " add a [[provider]] or install a provider extra"
 )
 
 
@@ -101,10 +101,9 @@ def to_call_result(result: ToolResult, notices: str | None = None) -> types.Call
 
 
 def _may_run_long(tool: Tool, arguments: Mapping[str, Any]) -> bool:
-    """Whether a call waits on a product: a delegation, or a job_output that waits."""
-    if isinstance(tool, JobOutputTool):
-        return arguments.get("wait") is True
-    return not (isinstance(tool, ToolBase) and tool.is_job_tool)
+    """Whether a call may wait on a product (a delegation, a job_output that waits); a tool
+    that is not a ``ToolBase`` is assumed to."""
+    return tool.may_run_long(arguments) if isinstance(tool, ToolBase) else True
 
 
 def build_server(
