@@ -10,7 +10,6 @@ import asyncio
 import io
 import re
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -62,8 +61,8 @@ EXPECTED_ROWS = [
 ]
 
 
-def _demo_dirs() -> set[Path]:
-    return set(Path(tempfile.gettempdir()).glob("dsh-demo-*"))
+def _dsh_dirs(root: Path) -> list[str]:
+    return sorted(path.name for path in root.glob("dsh-*"))
 
 
 def _table_rows(text: str, rule: str) -> list[list[str]]:
@@ -74,11 +73,14 @@ def _table_rows(text: str, rule: str) -> list[list[str]]:
     ]
 
 
-async def test_dsh_demo_exits_0_with_every_scenario_behaving() -> None:
-    before = _demo_dirs()
+async def test_dsh_demo_exits_0_with_every_scenario_behaving(tmp_path: Path) -> None:
+    # A temporary dir of its own: a user's `dsh demo` running beside the suite has its dirs in
+    # the shared one, and they are not this demo's leftovers.
+    temp = tmp_path / "tmp"
+    temp.mkdir()
     spec = SpawnSpec(
         argv=[sys.executable, "-m", "dsh.tool_subagent._cli", "demo"],
-        env={"COLUMNS": "250"},
+        env={"COLUMNS": "250", "TMPDIR": str(temp)},
         stdout=Collect(1 << 16),
         stderr=Collect(1 << 16),
     )
@@ -111,7 +113,7 @@ async def test_dsh_demo_exits_0_with_every_scenario_behaving() -> None:
         r" network\)\.",
         summary,
     ), summary
-    assert _demo_dirs() - before == set()
+    assert _dsh_dirs(temp) == []
     assert await asyncio.to_thread(owned_marked_processes, proc.pid) == []
 
 

@@ -51,7 +51,7 @@ touch "$state/stop"
 wait
 read -r ok failed <"$state/count"
 echo "beside the suite: $ok demos passed, $failed failed"
-for log in "$state"/failed-*; do [ -e "$log" ] && tail -5 "$log"; done
+for log in "$state"/failed-*; do [ -e "$log" ] && echo "-- a failed demo:" && cat "$log"; done
 [ -e "$leftover" ] && echo "the killed host's run dir is still there: $leftover"
 [ "$failed" -eq 0 ] || exit 1
 exit "$status"

@@ -18,6 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from dsh.subprocess.testing import SessionProcesses
+
 _CONFTEST = "from dsh.subprocess.pytest_plugin import dsh_leak_guard, dsh_session  # noqa: F401\n"
 
 _LEAKS = textwrap.dedent(
@@ -157,3 +159,26 @@ def test_a_dead_foreign_hosts_leftovers_do_not_fail_the_guard(tmp_path: Path, wh
     assert code == 0, out
     assert "1 passed" in out, out
     assert "error" not in out, out
+
+
+def _start_ticks(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime
+
+
+def test_a_dir_named_for_a_reused_pid_is_not_the_sessions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A session pid that exited can be reused by another program's dsh host; its run dirs carry
+    # the same pid but another start time, and are not the session's leak.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    session = SessionProcesses()
+    try:
+        me, ticks = os.getpid(), _start_ticks(os.getpid())
+        ours = tmp_path / f"dsh-claude-{me}-{ticks}-abc"
+        reused = tmp_path / f"dsh-claude-{me}-{ticks + 100_000}-def"
+        ours.mkdir()
+        reused.mkdir()
+        assert session.temp_dirs() == {ours.name}
+    finally:
+        session.close()

@@ -91,6 +91,14 @@ def spawner_processes(owner_pid: int | None = None) -> list[int]:
     return sorted(found)
 
 
+def _created_from_ticks(field: str) -> float | None:
+    """The create time (as psutil gives it) that an owned dir's ``<start ticks>`` field names;
+    None when the name carries none. Without it a reused pid would blame a stranger's dir."""
+    if not field.isdigit():
+        return None
+    return psutil.boot_time() + int(field) / os.sysconf("SC_CLK_TCK")
+
+
 class SessionProcesses:
     """Which processes belong to one test session: its own process and every process it spawned.
 
@@ -162,7 +170,7 @@ class SessionProcesses:
         found = set()
         for path in Path(tempfile.gettempdir()).glob("dsh-*-*-*"):
             parts = path.name.split("-")
-            if parts[2].isdigit() and self.owns(int(parts[2])):
+            if parts[2].isdigit() and self.owns(int(parts[2]), _created_from_ticks(parts[3])):
                 found.add(path.name)
         if since is not None:
             found |= {p.name for p in Path(tempfile.gettempdir()).glob("claude-*")} - since
