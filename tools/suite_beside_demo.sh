@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The README's test command on a machine that other dsh programs use too (docs/index.md, "Testing").
+# The README's test command on a machine that other dsh programs use too (docs/dsh-subprocess.md,
+# "The leak guard").
 #
 # 1. Leaves a SIGKILLed dsh host's leftovers from before the suite: a `dsh demo` killed mid-run
 #    (its Claude Code run dir in the shared temp dir names a dead owner).
