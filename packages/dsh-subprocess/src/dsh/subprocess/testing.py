@@ -96,7 +96,8 @@ def _created_from_ticks(field: str) -> float | None:
     None when the name carries none. Without it a reused pid would blame a stranger's dir."""
     if not field.isdigit():
         return None
-    return psutil.boot_time() + int(field) / os.sysconf("SC_CLK_TCK")
+    boot: float = psutil.boot_time()
+    return boot + int(field) / os.sysconf("SC_CLK_TCK")
 
 
 class SessionProcesses:
