@@ -7,6 +7,7 @@ import io
 from rich.console import Console
 
 from dsh.tool_subagent._demo.command import DemoReport, Row, missing_providers, render
+from dsh.tool_subagent._demo.scenarios import _unexpected
 
 
 def test_missing_providers_names_the_extra() -> None:
@@ -51,3 +52,15 @@ def test_render_prints_one_table_and_the_summary() -> None:
     assert "│ model failure     │ Codex   │ ✗ answer: [status: completed] │ 0.2 s │" in lines
     assert lines[-1] == report.summary
     assert sum(line.startswith("┏") for line in lines) == 1
+
+
+def test_a_late_difference_is_shown_not_cut_away() -> None:
+    shared = "subagent run failed ⏎ Diagnostic: Product subagent failure (product: Claude Code; "
+    expected = shared * 2 + "category: authentication)"
+    got = shared * 2 + "category: connection)"
+    ok, line = _unexpected(expected, got)
+    assert not ok
+    assert "authentication)" in line
+    assert "connection)" in line
+    # Short texts are shown whole.
+    assert _unexpected("yes", "no") == (False, "expected 'yes', got 'no'")

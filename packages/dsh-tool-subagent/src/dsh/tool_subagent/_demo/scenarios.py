@@ -81,12 +81,25 @@ class Stage:
 Scenario = tuple[str, str, Callable[[Stage], Awaitable[tuple[bool, str]]]]
 
 
+_SHARED_KEPT = 20
+"""Characters of a shared beginning kept before the point where two texts differ."""
+
+
 def _shown(text: str, limit: int = 120) -> str:
     one_line = text.replace("\n", " ⏎ ")
     return one_line if len(one_line) <= limit else one_line[: limit - 1] + "…"
 
 
 def _unexpected(expected: str, got: str) -> tuple[bool, str]:
+    # Two long texts that differ late would look the same once cut: show both from shortly
+    # before the first character where they part.
+    common = next(
+        (i for i, (a, b) in enumerate(zip(expected, got, strict=False)) if a != b),
+        min(len(expected), len(got)),
+    )
+    if common > _SHARED_KEPT:
+        cut = common - _SHARED_KEPT
+        expected, got = "…" + expected[cut:], "…" + got[cut:]
     return False, f"expected {_shown(expected)!r}, got {_shown(got)!r}"
 
 
