@@ -32,13 +32,13 @@ class Pair:
     sdk_ms: float
 
 
-#: End-to-end medians recorded in docs/performance.md (cold: run 1 at the final code; warm:
-#: `run.py --prewarm 2`), used until the next benchmark run writes the chart itself.
+#: End-to-end medians recorded in docs/performance.md (cold: the paired method, `run.py --runs 3`;
+#: warm: `run.py --prewarm 2 --runs 3`; both 2026-12-06), drawn until a run writes its own chart.
 RECORDED = (
-    Pair("codex", "cold", 221.0, 222.0),
-    Pair("claude-code", "cold", 694.0, 684.0),
-    Pair("codex", "warm", 80.5, 208.4),
-    Pair("claude-code", "warm", 262.2, 751.7),
+    Pair("codex", "cold", 115.2, 120.7),
+    Pair("claude-code", "cold", 400.5, 399.1),
+    Pair("codex", "warm", 52.7, 156.9),
+    Pair("claude-code", "warm", 162.1, 441.8),
 )
 
 
