@@ -21,6 +21,7 @@ from dsh.subprocess import (
     marked_processes,
 )
 from dsh.subprocess import _process as process_module
+from dsh.subprocess import _procfs as procfs_module
 from dsh.subprocess import _spawner as spawner_module
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
@@ -70,6 +71,39 @@ async def test_an_escapee_stays_a_descendant_of_the_supervisor(runtime: Subproce
     assert psutil.Process(escapee).environ() == {}
     await proc.aclose()
     assert _escapees() == []
+
+
+async def test_the_supervisors_empty_report_is_the_exit_proof_without_a_scan(
+    runtime: SubprocessRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scans: list[float] = []
+    real_scan = procfs_module.scan
+
+    def counted(*args: object, **kwargs: object) -> object:
+        scans.append(time.monotonic())
+        return real_scan(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(process_module, "scan", counted)
+    # The escapee (own session, empty env) outlives the program by a moment: only the
+    # supervisor's report can say when it is gone.
+    program = ESCAPE.replace("time.sleep(30)'", "time.sleep(0.3)'").replace(
+        "time.sleep(30)\n", "pass\n"
+    )
+    proc = await runtime.spawn(SpawnSpec([sys.executable, "-c", program], stdout="pipe"))
+    assert proc.stdout is not None
+    assert await proc.stdout.readline() == b"forked\n"
+    assert await _until(lambda: len(_escapees()) == 1)
+    await proc.wait()
+    assert _escapees(), "the escapee was gone before the check began"
+    assert await proc.wait_for_exit(5.0)
+    assert _escapees() == []
+    assert marked_processes(proc.tree_id) == []
+    supervisor = proc._supervised
+    assert supervisor is not None
+    assert supervisor.empty
+    assert not supervisor.lost
+    assert scans == []
+    await proc.aclose()
 
 
 async def test_a_killed_supervisor_hands_its_tree_to_the_spawner_which_kills_it(

@@ -58,3 +58,31 @@ def test_unrelated_processes_never_join() -> None:
     stranger = info(STRANGER, 1, STRANGER, STRANGER)
     assert not tree.observe(snapshot(root, stranger, markers={ROOT: MARKER}))
     assert tree.observe(snapshot(stranger))
+
+
+SUPERVISOR = 900_040
+
+
+def test_the_supervisors_empty_report_settles_a_tree_whose_members_all_descend_from_it() -> None:
+    supervisor = info(SUPERVISOR, 1, SUPERVISOR, SUPERVISOR)
+    root = info(ROOT, SUPERVISOR, ROOT, ROOT)
+    tree = Tree(root, ROOT, MARKER, anchor=supervisor)
+    escapee = info(SLEEPER, SUPERVISOR, SLEEPER, SLEEPER)  # setsid, env -i: reparented to it
+    assert not tree.observe(snapshot(supervisor, root, escapee, markers={ROOT: MARKER}))
+    tree.release_anchor()
+    assert tree.settle_by_report()
+    assert tree.gone
+
+
+def test_a_marked_member_outside_the_supervisor_leaves_the_proof_to_scans() -> None:
+    supervisor = info(SUPERVISOR, 1, SUPERVISOR, SUPERVISOR)
+    root = info(ROOT, SUPERVISOR, ROOT, ROOT)
+    tree = Tree(root, ROOT, MARKER, anchor=supervisor)
+    # Started by something outside the tree with the run's marker handed to it.
+    stranger = info(STRANGER, 1, STRANGER, STRANGER)
+    markers = {ROOT: MARKER, STRANGER: MARKER}
+    assert not tree.observe(snapshot(supervisor, root, stranger, markers=markers))
+    tree.release_anchor()
+    assert not tree.settle_by_report()
+    assert not tree.observe(snapshot(stranger, markers={STRANGER: MARKER}))
+    assert tree.observe(snapshot())

@@ -58,11 +58,22 @@ def _start_ticks(pid: int) -> int | None:
         return None
 
 
+_own_ticks: tuple[int, int | None] | None = None
+"""(pid, its start ticks): a process's start time never changes, and a fork has another pid."""
+
+
+def _own_start_ticks() -> tuple[int, int | None]:
+    global _own_ticks
+    pid = os.getpid()
+    if _own_ticks is None or _own_ticks[0] != pid:
+        _own_ticks = (pid, _start_ticks(pid))
+    return _own_ticks
+
+
 def owned_dir_prefix(tag: str) -> str:
     """``dsh-<tag>-<this pid>-<this process's start ticks>-``; without a start time (no
     ``/proc``) ``dsh-<tag>-<pid>-``, a name no sweep matches (it could not tell the owner)."""
-    pid = os.getpid()
-    ticks = _start_ticks(pid)
+    pid, ticks = _own_start_ticks()
     base = f"dsh-{_check_tag(tag)}-{pid}-"
     return base if ticks is None else f"{base}{ticks}-"
 

@@ -147,6 +147,8 @@ class ManagedProcess:
         self._feeder: asyncio.Task[None] | None = None
         self._sampler: asyncio.Task[None] | None = None
         self._gone_notified = False
+        self._reported_empty = False
+        """The supervisor, alive throughout, reported the tree empty (see Tree.settle_by_report)."""
         self._closed = False
         self._auto_nice = spec.nice == "auto"
 
@@ -345,6 +347,8 @@ class ManagedProcess:
 
     def _sample_once(self) -> bool:
         """One observation (runs off the loop thread). True once the whole tree is gone."""
+        if self._reported_empty and self._tree.settle_by_report():
+            return True  # _release_group still records the limits it hit
         now = time.monotonic()
         urgent = self._term_at is not None or self._waiters > 0
         max_age = 0.0 if urgent else max(0.0, min(self._idle_s() / 2, now - self._tree.created))
@@ -478,6 +482,7 @@ class ManagedProcess:
         with contextlib.suppress(Exception):
             self._loop.remove_reader(child.fileno())
         child.close()
+        self._reported_empty = child.empty and not child.lost
         if child.lost and self._group is not None:
             # A tool killed the supervisor: whatever it started is still in the run's group.
             # The run cannot be supervised any more, so end it the way the spawner would.

@@ -65,6 +65,8 @@ class Tree:
         self._termed: set[_Key] = set()
         self._below_anchor: set[int] = {root.pid} if root is not None and anchor else set()
         """Members below the supervisor, in the latest snapshot: it sends their SIGTERM."""
+        self._outside_anchor = False
+        """A snapshot once showed a live member that was not below the supervisor."""
         self.term_pending = False
         """Members below the supervisor need a SIGTERM it has not yet been asked to send."""
         self._killed: set[_Key] = set()
@@ -132,7 +134,10 @@ class Tree:
             record.add(self.marker.rpartition(":")[0], unmarked)
         for pid, info in members.items():
             self._known[pid] = info.start
-        return {pid: info for pid, info in members.items() if not info.zombie and not is_own(info)}
+        alive = {pid: info for pid, info in members.items() if not info.zombie and not is_own(info)}
+        if anchor is not None and not alive.keys() <= below:
+            self._outside_anchor = True
+        return alive
 
     def _observe(self, snap: Snapshot) -> dict[int, ProcInfo]:
         if self.gone:
@@ -168,6 +173,23 @@ class Tree:
         """The supervisor reported the tree empty, or is gone: from now on scans alone decide."""
         with self._lock:
             self._anchor = None
+
+    def settle_by_report(self) -> bool:
+        """The supervisor, alive throughout, reported that nothing is left below it: True when
+        that alone proves the tree gone (no scan).
+
+        Every member descends from the supervisor, a subreaper, so its ``E`` report (no child
+        left to wait for) is structural proof; a marked process can only inherit the marker from
+        a member. Not when a snapshot once showed a member outside the supervisor, and not while
+        the run's cgroup still holds a process: then scans decide, as before.
+        """
+        with self._lock:
+            if not self.gone and not self._outside_anchor:
+                group = self.group
+                if group is None or not group.populated():
+                    self.gone = True
+                    self._alive = {}
+            return self.gone
 
     def observe(self, snap: Snapshot) -> bool:
         """Record a snapshot; True once the whole tree is gone."""
