@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -73,3 +74,28 @@ async def test_a_cancelled_creation_leaves_no_dir(tmp_path: Path) -> None:
     async with asyncio.timeout(5):
         while made[0].exists():  # noqa: ASYNC110
             await asyncio.sleep(0.01)
+
+
+async def test_a_removal_queued_behind_busy_workers_survives_its_callers_cancellation(
+    tmp_path: Path,
+) -> None:
+    doomed = tmp_path / "run-dir"
+    (doomed / "scratch").mkdir(parents=True)
+    loop = asyncio.get_running_loop()
+    release = threading.Event()
+    # The only default-executor worker is busy, so the removal waits in the queue when cancelled.
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=1))
+    blockers = [loop.run_in_executor(None, release.wait, 10.0)]
+    remover = asyncio.ensure_future(kit.remove_off_loop(str(doomed)))
+    await asyncio.sleep(0.05)
+    assert doomed.exists()  # still queued
+    remover.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await remover
+    release.set()
+    await asyncio.gather(*blockers)
+    for _ in range(100):
+        if not doomed.exists():
+            break
+        await asyncio.sleep(0.02)
+    assert not doomed.exists()

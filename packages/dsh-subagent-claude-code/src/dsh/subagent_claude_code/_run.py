@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import shutil
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
@@ -26,7 +25,14 @@ from claude_agent_sdk import (
 )
 
 from dsh.subagent import ProductFailure, StopReason, SubagentResult, TextBlock, with_limits_hit
-from dsh.subagent.kit import CloseOnce, FailureFacts, ResultLatch, UsageFacts, failure_line
+from dsh.subagent.kit import (
+    CloseOnce,
+    FailureFacts,
+    ResultLatch,
+    UsageFacts,
+    failure_line,
+    remove_off_loop,
+)
 from dsh.subagent_claude_code._mapping import (
     DENY_MESSAGE,
     PRODUCT,
@@ -369,7 +375,7 @@ class ClaudeCodeRun:
     async def _remove_tmp(self) -> None:
         if self._tmp_dir is not None:
             path, self._tmp_dir = self._tmp_dir, None
-            await asyncio.to_thread(shutil.rmtree, path, True)
+            await remove_off_loop(path)
 
 
 async def _one_user_message(texts: Sequence[str]) -> AsyncIterator[dict[str, Any]]:

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import logging
 import os
-import shutil
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
 from dsh.subagent import DemoPlan, ProductFailure, ResolvedStartRequest
-from dsh.subagent.kit import FailureFacts, ProductInstall, ProviderBase, check_one_shot_request
+from dsh.subagent.kit import (
+    FailureFacts,
+    ProductInstall,
+    ProviderBase,
+    check_one_shot_request,
+    remove_off_loop,
+)
 from dsh.subagent_codex._auth import (
     CONFIG_DIR_ENV,
     DEFAULT_CONFIG_DIR,
@@ -92,7 +96,7 @@ def _failure(stage: str) -> ProductFailure:
 async def _remove_private_dir(private_dir: str | None) -> None:
     """A private dir whose process never started goes at once (its run never owned it)."""
     if private_dir is not None:
-        await asyncio.to_thread(shutil.rmtree, private_dir, True)
+        await remove_off_loop(private_dir)
 
 
 _INSTALL = ProductInstall(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
 import uuid
 from types import TracebackType
 from typing import Any, Self
@@ -18,6 +17,7 @@ from dsh.subagent.kit import (
     ResultLatch,
     UsageFacts,
     failure_line,
+    remove_off_loop,
 )
 from dsh.subagent_codex._auth import AuthPlan, login_stamp
 from dsh.subagent_codex._mapping import (
@@ -596,4 +596,4 @@ class CodexRun:
         """The private home goes once the tree is down (or its teardown has given up)."""
         if self._private_dir is not None:
             path, self._private_dir = self._private_dir, None
-            await asyncio.to_thread(shutil.rmtree, path, True)
+            await remove_off_loop(path)

@@ -30,6 +30,7 @@ __all__ = [
     "make_off_loop",
     "make_owned_dir",
     "owned_dir_prefix",
+    "remove_off_loop",
     "sweep_lost_dirs",
     "sweep_lost_dirs_once",
 ]
@@ -164,3 +165,14 @@ async def make_off_loop(make: Callable[[], T], dir_of: Callable[[T], str]) -> T:
     except asyncio.CancelledError:
         making.add_done_callback(remove)
         raise
+
+
+async def remove_off_loop(path: str) -> None:
+    """Remove ``path`` (a tree; errors ignored) in a worker thread, even if the caller is cancelled.
+
+    The removal is handed to the loop's default executor at once and shielded: a cancellation
+    (a second cancel during a teardown, the loop's shutdown cancelling what is left) can no longer
+    drop it while it waits for a free worker, which left a run's dir behind.
+    """
+    removal = asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, path, True)
+    await asyncio.shield(removal)

@@ -42,6 +42,7 @@ from dsh.subagent._owned_dirs import (
     make_off_loop,
     make_owned_dir,
     owned_dir_prefix,
+    remove_off_loop,
     sweep_lost_dirs,
     sweep_lost_dirs_once,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "owned_dir_prefix",
     "payload_check",
     "product_config_dir",
+    "remove_off_loop",
     "sweep_lost_dirs",
     "sweep_lost_dirs_once",
     "version_check",
