@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -99,3 +100,35 @@ async def test_a_removal_queued_behind_busy_workers_survives_its_callers_cancell
             break
         await asyncio.sleep(0.02)
     assert not doomed.exists()
+
+
+def test_a_dir_made_for_a_caller_whose_loop_shut_down_is_removed(tmp_path: Path) -> None:
+    made: list[Path] = []
+    release = threading.Event()
+
+    def make() -> str:
+        path = tmp_path / "made"
+        path.mkdir()
+        made.append(path)
+        release.wait(5)
+        (path / "env.sh").write_text("unset X\n")
+        return str(path)
+
+    async def main() -> None:
+        # The caller is still waiting when the loop ends: asyncio.run cancels it on the way out.
+        asyncio.get_running_loop().create_task(kit.make_off_loop(make, lambda p: p))
+        while not made:  # noqa: ASYNC110 - bounded by make's own wait
+            await asyncio.sleep(0.01)
+
+    def release_soon() -> None:
+        time.sleep(0.2)
+        release.set()
+
+    with ThreadPoolExecutor(max_workers=1) as spare:
+        finish = spare.submit(release_soon)
+        asyncio.run(main())
+        finish.result()
+    deadline = time.monotonic() + 5
+    while made[0].exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not made[0].exists()

@@ -23,7 +23,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 __all__ = [
     "copy_home_template",
@@ -149,22 +149,50 @@ def copy_home_template(template: str | None, dest: str | os.PathLike[str]) -> No
 async def make_off_loop(make: Callable[[], T], dir_of: Callable[[T], str]) -> T:
     """``make()`` in a worker thread (creating files can block on the filesystem).
 
-    Eight runs starting at once held the event loop for about 0.7 ms each here. A cancelled
-    caller never leaks what ``make`` created: the directory ``dir_of(result)`` is removed as
-    soon as the thread is done.
+    Eight runs starting at once held the event loop for about 0.7 ms each here. A caller that
+    gives up (cancelled, or its loop shut down while it waited) never leaks what ``make``
+    created: the directory ``dir_of(result)`` is removed by whichever side sees the other gone,
+    the worker thread when it finishes after the caller left, else the caller on its way out.
+    Nothing depends on the loop still running when ``make`` finishes.
     """
-    making = asyncio.ensure_future(asyncio.to_thread(make))
-
-    def remove(done: asyncio.Future[T]) -> None:
-        if not done.cancelled() and done.exception() is None:
-            with contextlib.suppress(OSError):
-                shutil.rmtree(dir_of(done.result()))
-
+    handoff = _Handoff(make, dir_of)
+    making = asyncio.get_running_loop().run_in_executor(None, handoff.work)
     try:
         return await asyncio.shield(making)
-    except asyncio.CancelledError:
-        making.add_done_callback(remove)
+    except BaseException:
+        handoff.abandon()
         raise
+
+
+class _Handoff(Generic[T]):
+    """What a worker thread made, handed to a caller who may have left (see make_off_loop)."""
+
+    def __init__(self, make: Callable[[], T], dir_of: Callable[[T], str]) -> None:
+        self._make = make
+        self._dir_of = dir_of
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self._made: list[T] = []
+
+    def work(self) -> T:
+        made = self._make()
+        with self._lock:
+            if not self._abandoned:
+                self._made.append(made)
+                return made
+        self._remove(made)
+        return made
+
+    def abandon(self) -> None:
+        with self._lock:
+            self._abandoned = True
+            made, self._made = self._made, []
+        for item in made:  # finished before the caller left: one small dir, removed here
+            self._remove(item)
+
+    def _remove(self, made: T) -> None:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(self._dir_of(made))
 
 
 async def remove_off_loop(path: str) -> None:
