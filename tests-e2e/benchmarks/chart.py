@@ -35,10 +35,10 @@ class Pair:
 #: End-to-end medians recorded in docs/performance.md (cold: the paired method, `run.py --runs 3`;
 #: warm: `run.py --prewarm 2 --runs 3`; both 2026-12-06), drawn until a run writes its own chart.
 RECORDED = (
-    Pair("codex", "cold", 115.2, 120.7),
-    Pair("claude-code", "cold", 400.5, 399.1),
-    Pair("codex", "warm", 52.7, 156.9),
-    Pair("claude-code", "warm", 162.1, 441.8),
+    Pair("codex", "cold", 156.0, 161.0),
+    Pair("claude-code", "cold", 554.0, 527.0),
+    Pair("codex", "warm", 57.5, 146.5),
+    Pair("claude-code", "warm", 187.7, 471.2),
 )
 
 
