@@ -182,11 +182,12 @@ async def test_runtime_aclose_closes_every_tree() -> None:
 
 
 async def _run_host(
-    runtime: SubprocessRuntime, mode: str, *extra: str
+    runtime: SubprocessRuntime, mode: str, *extra: str, env: dict[str, str | None] | None = None
 ) -> tuple[ManagedProcess, dict[str, object]]:
     host = await runtime.spawn(
         SpawnSpec(
             [sys.executable, str(HOST), mode, *extra],
+            env=env or {},
             stdin="pipe",
             stderr=Collect(4096),
             grace_ms=300,
@@ -219,14 +220,24 @@ async def test_host_normal_exit_leaves_nothing(runtime: SubprocessRuntime) -> No
     await host.aclose()
 
 
-async def test_host_sigkill_takes_its_trees_down(runtime: SubprocessRuntime) -> None:
-    """The supervisors see the host's end of their sockets close, and kill their trees."""
-    host, info = await _run_host(runtime, "hang")
+async def test_host_sigkill_takes_its_trees_down(
+    runtime: SubprocessRuntime, tmp_path: Path
+) -> None:
+    """The supervisors see the host's end of their sockets close, and kill their trees; the
+    tree's owned dir goes with it."""
+    owned = tmp_path / "owned"
+    await asyncio.to_thread(owned.mkdir)
+    host, info = await _run_host(runtime, "hang", env={"HOST_OWNED_DIR": str(owned)})
     tree_id = str(info["tree_id"])
     assert len(marked_processes(tree_id)) == 2
     os.kill(host.pid, signal.SIGKILL)
     assert (await host.wait()).signal == "SIGKILL"
     assert await _until_empty(tree_id) == []
+    for _ in range(100):  # the supervisor removes it just before its (unread) exit report
+        if not await asyncio.to_thread(owned.exists):
+            break
+        await asyncio.sleep(0.02)
+    assert not await asyncio.to_thread(owned.exists)
     await host.aclose()
 
 

@@ -2,11 +2,13 @@
 
 argv[1] == "exit": exit normally (status 3) after a line on stdin; "hang": sleep until killed.
 argv[2] == "plain" spawns without a supervisor (the fallback path), so a host SIGKILL orphans the
-tree and only reap_orphans() can clean it up.
+tree and only reap_orphans() can clean it up. ``HOST_OWNED_DIR`` in the env names the tree's
+``owned_dir``.
 """
 
 import asyncio
 import json
+import os
 import sys
 
 from dsh.subprocess import SpawnSpec, _process, default_runtime
@@ -27,7 +29,12 @@ CHILD = (
 
 async def main() -> None:
     proc = await default_runtime().spawn(
-        SpawnSpec([sys.executable, "-c", CHILD], stdout="pipe", grace_ms=5000)
+        SpawnSpec(
+            [sys.executable, "-c", CHILD],
+            stdout="pipe",
+            grace_ms=5000,
+            owned_dir=os.environ.get("HOST_OWNED_DIR"),
+        )
     )
     assert proc.stdout is not None
     assert await proc.stdout.readline() == b"ready\n"

@@ -144,6 +144,7 @@ class ClaudeCodeProvider(ProviderBase[ClaudeCodeProviderConfig]):
             grace_ms=self.config.dispose_grace_ms,
             nice=self.config.nice,
             limits=Limits.of(self.config),
+            owned_dir=run_dir,  # removed after whole-tree exit, by the supervisor where it can
         )
         return ClaudeCodeRun(self.config, spec, self._runtime or default_runtime(), run_dir)
 

@@ -373,9 +373,11 @@ class ClaudeCodeRun:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _remove_tmp(self) -> None:
+        """Remove the run dir if no spawn took it over (a spawn owns its ``owned_dir``)."""
         if self._tmp_dir is not None:
             path, self._tmp_dir = self._tmp_dir, None
-            await remove_off_loop(path)
+            if not self._transport.spawn_attempted:
+                await remove_off_loop(path)
 
 
 async def _one_user_message(texts: Sequence[str]) -> AsyncIterator[dict[str, Any]]:

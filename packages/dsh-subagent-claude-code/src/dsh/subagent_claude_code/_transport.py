@@ -75,6 +75,7 @@ class DshTransport(Transport):
         self._on_spawned = on_spawned
         self._on_prompt_sent = on_prompt_sent
         self.process: ManagedProcess | None = None
+        self.spawn_attempted = False
         self._write_lock = asyncio.Lock()
         self._ready = False
         self._stdin_closed = False
@@ -114,6 +115,7 @@ class DshTransport(Transport):
             return
         if self._stopped_by_us:
             raise CLIConnectionError("the run was stopped before the CLI started")
+        self.spawn_attempted = True  # from here on the spawn owns ``spec.owned_dir``
         process = await self._runtime.spawn(self._spec)
         self.process = process
         self._ready = True

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import shutil
 import subprocess
 import time
 import uuid
@@ -149,6 +150,7 @@ class ManagedProcess:
         self._gone_notified = False
         self._reported_empty = False
         """The supervisor, alive throughout, reported the tree empty (see Tree.settle_by_report)."""
+        self._owned_dir_removed = False
         self._closed = False
         self._auto_nice = spec.nice == "auto"
 
@@ -266,9 +268,30 @@ class ManagedProcess:
         If this fails, a synchronous SIGKILL of the whole tree runs before the exception
         propagates. If it is cancelled, it SIGKILLs the tree and still waits (bounded, absorbing
         further cancellations) until the tree is proven gone, then re-raises the cancellation.
+        Either way ``spec.owned_dir`` is gone when it returns (its supervisor removed it, else a
+        worker thread does now).
         """
         if self._closed:
             return
+        try:
+            await self._close_tree()
+        finally:
+            removal = self._owned_dir_removal()
+            if removal is not None:
+                await finish_despite_cancel(removal)
+
+    def _owned_dir_removal(self) -> asyncio.Future[None] | None:
+        """The removal of ``spec.owned_dir`` still owed (None once done or done by the supervisor,
+        whose ``E`` report follows its own removal)."""
+        path = self.spec.owned_dir
+        if path is None or self._owned_dir_removed:
+            return None
+        self._owned_dir_removed = True
+        if self._reported_empty:
+            return None
+        return offload(remove_owned_dir, path)
+
+    async def _close_tree(self) -> None:
         clean = False
         try:
             self._close_stdin()
@@ -414,7 +437,9 @@ class ManagedProcess:
             now = time.monotonic()
             kill_due = self._kill_at is not None and now >= self._kill_at
             gone = False
-            if now >= next_scan or kill_due or not self._supervision_live():
+            if self._reported_empty and self._tree.settle_by_report():
+                gone = True  # proven by the report: no scan, so no hop to a worker thread
+            elif now >= next_scan or kill_due or not self._supervision_live():
                 next_scan = now + self._scan_interval()
                 try:
                     gone = await offload(self._sample_once)
@@ -761,6 +786,11 @@ def _spawn_child(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> Child
     return popen
 
 
+def remove_owned_dir(path: str) -> None:
+    """Remove a spec's ``owned_dir`` and all it holds (errors ignored: it may be gone already)."""
+    shutil.rmtree(path, ignore_errors=True)
+
+
 async def launch(
     spec: SpawnSpec,
     *,
@@ -771,7 +801,22 @@ async def launch(
 
     The fork and exec run in a worker thread (``_workers``): on the loop thread, under CPU load, one
     ``fork_exec`` stalls every other task for 5 to 30 ms (measured: 8 products starting at once).
+    A spawn that fails (or is cancelled) removes ``spec.owned_dir`` before it raises.
     """
+    try:
+        return await _launch(spec, on_spawned=on_spawned, on_gone=on_gone)
+    except BaseException:
+        if spec.owned_dir is not None:
+            await finish_despite_cancel(offload(remove_owned_dir, spec.owned_dir))
+        raise
+
+
+async def _launch(
+    spec: SpawnSpec,
+    *,
+    on_spawned: Callable[[ManagedProcess], None],
+    on_gone: Callable[[ManagedProcess], None],
+) -> ManagedProcess:
     loop = asyncio.get_running_loop()
     marker = new_marker()
     env = build_child_env(spec.env)

@@ -9,10 +9,17 @@ import threading
 import time
 from types import TracebackType
 
-from dsh.subprocess._process import _KILL_CONFIRM_S, ManagedProcess, finish_despite_cancel, launch
+from dsh.subprocess._process import (
+    _KILL_CONFIRM_S,
+    ManagedProcess,
+    finish_despite_cancel,
+    launch,
+    remove_owned_dir,
+)
 from dsh.subprocess._procfs import scan
 from dsh.subprocess._record import record
 from dsh.subprocess._spec import SpawnSpec
+from dsh.subprocess._workers import offload
 from dsh.subprocess.errors import SpawnError, TeardownError
 
 __all__ = ["SubprocessRuntime", "default_runtime"]
@@ -99,6 +106,8 @@ class SubprocessRuntime:
         if not isinstance(spec, SpawnSpec):
             raise TypeError("spawn() takes a SpawnSpec")
         if self._closed:
+            if spec.owned_dir is not None:
+                await finish_despite_cancel(offload(remove_owned_dir, spec.owned_dir))
             raise SpawnError("spawn failed: runtime is closed")
         # The fork runs in a worker thread, so aclose() can begin meanwhile: it waits for this
         # spawn, and a spawn that finds the runtime closed takes its own tree down first.

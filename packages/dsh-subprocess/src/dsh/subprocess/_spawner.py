@@ -391,6 +391,7 @@ def spawn_supervised(
             "cgroups": joins,
             "in_group": prejoined,
             "leave": stale is not None,
+            "remove": None if spec.owned_dir is None else os.fsencode(spec.owned_dir),
         }
         try:
             _send_frame(host_control, marshal.dumps(request), sources)

@@ -30,6 +30,10 @@ host keeps a standby supervisor or two, so a spawn costs one request and one vfo
       X <wait status>     the program exited (raw status, as from waitpid)
       E                   nothing is left below the supervisor: the tree is gone
 
+  A request may name an owned directory (``remove``): the supervisor removes it, with all it
+  holds, once the tree is gone and before it reports ``E``, so the host does no filesystem work
+  for it, and a host that died does not leave it behind.
+
   It accepts ``T`` (SIGTERM every descendant, once each) and ``K`` (SIGKILL every descendant,
   again and again, until none is left). When the host's end closes it does ``K`` by itself, so a
   host that dies, even by SIGKILL, takes its trees with it. ``E`` is structural proof of exit: a
@@ -46,6 +50,7 @@ import gc
 import marshal
 import os
 import select
+import shutil
 import signal
 import socket
 import struct
@@ -313,6 +318,7 @@ def _supervise(ctl: socket.socket, standby_groups: object) -> None:
             exited = True
             _send(ctl, b"X %d\n" % status)
         if exited and not left:
+            _remove_owned(request.get("remove"))
             _send(ctl, b"E\n")
             os._exit(0)
         if killing_since is not None:
@@ -337,6 +343,12 @@ def _supervise(ctl: socket.socket, standby_groups: object) -> None:
                 _signal_all(_descendants(me), signal.SIGTERM, termed)
             if b"K" in commands:
                 killing_since = killing_since or time.monotonic()
+
+
+def _remove_owned(path: object) -> None:
+    """Remove the request's owned directory (the tree is gone: nothing below us can race it)."""
+    if isinstance(path, bytes) and os.path.isabs(path):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _recv_request(sock: socket.socket) -> tuple[dict[str, object], list[int]] | None:

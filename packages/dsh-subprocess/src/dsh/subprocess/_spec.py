@@ -7,6 +7,7 @@ import os
 import signal as _signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, TypeAlias
 
 from dsh.subprocess._limits import Limits
@@ -89,6 +90,11 @@ class SpawnSpec:
     ``limits`` bounds the whole tree through the kernel layer (a cgroup per run); where the
     machine cannot enforce them the spawn fails before anything starts, unless
     ``limits.best_effort``.
+    ``owned_dir`` (an absolute path) is a directory that belongs to the tree, a scratch dir say:
+    from the call of ``spawn()`` on, dsh removes it with everything in it once the whole tree has
+    exited, or when the spawn fails. A supervisor removes it just before it reports the tree
+    gone, so the host's process does no filesystem work for it; without a live supervisor
+    ``aclose()`` removes it in a worker thread before it returns.
     """
 
     argv: Sequence[str]
@@ -100,6 +106,7 @@ class SpawnSpec:
     grace_ms: float = 3000.0
     nice: int | Literal["auto"] | None = None
     limits: Limits | None = None
+    owned_dir: str | os.PathLike[str] | None = None
 
     def __post_init__(self) -> None:
         if self.limits is not None and not isinstance(self.limits, Limits):
@@ -128,6 +135,12 @@ class SpawnSpec:
         cwd: object = self.cwd
         if cwd is not None and not isinstance(cwd, str | os.PathLike):
             raise ValueError("cwd must be a path or None")
+        owned: object = self.owned_dir
+        if owned is not None:
+            path = os.fspath(owned) if isinstance(owned, str | os.PathLike) else None
+            if not isinstance(path, str) or not Path(path).is_absolute():
+                raise ValueError("owned_dir must be an absolute path or None")
+            object.__setattr__(self, "owned_dir", path)
 
 
 def _check_argv(argv: object) -> tuple[str, ...]:
