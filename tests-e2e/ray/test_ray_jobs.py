@@ -168,19 +168,18 @@ async def test_a_worker_node_removed_mid_run_fails_the_job_safely_and_leaves_not
         assert "ray" not in output.text.replace("executor: ray", "")
     await asyncio.to_thread(reap_orphans)
     ray_kit.assert_no_marked(settle_s=0.5)
-    # Files are another matter: the SIGKILLed worker could not remove Claude Code's run dir
-    # (``dsh-claude-<worker pid>-*``, as after any host crash). The next Claude Code start on
-    # this machine (here a fresh actor's) sweeps the run dirs whose owner is gone.
-    lost = sorted(set(ray_kit.lost_run_dirs()) - dirs_before)
-    assert len(lost) == 1, lost
+
+    # Files too: Claude Code's run dir (``dsh-claude-<worker pid>-*``) is the spawn's owned dir,
+    # so the supervisor, which outlives the SIGKILLed worker, removes it once the tree it killed
+    # is gone; no later start has to sweep it (an unsupervised host's dir still needs the sweep:
+    # tests-e2e/reliability/test_crash.py, "plain").
+    def new_lost() -> list[Any]:
+        return sorted(set(ray_kit.lost_run_dirs()) - dirs_before)
+
     try:
-        async with setup.harness() as harness:
-            job_id = await start(harness, CLAUDE, "after the loss", setup.caller)
-            snapshot = await harness.jobs.wait(job_id, 120, setup.caller)
-            assert snapshot.status is JobStatus.COMPLETED, snapshot
-        await until(lambda: not lost[0].exists(), "the lost run dir to be swept", limit=10)
+        await until(lambda: new_lost() == [], "the supervisor to remove the run dir", limit=10)
     finally:
-        ray_kit.remove(lost)
+        ray_kit.remove(new_lost())
 
 
 # ---- credentials and workspaces -------------------------------------------------------------
