@@ -1,7 +1,8 @@
 """The user method (issue 28): dsh and the official SDKs measured the way a user runs them.
 
 Run: ``uv run python tests-e2e/benchmarks/run.py --method user [--rounds N] [--products ...]
-[--nice N|none]``. The default ``--method paired`` is run.py's own measurement, unchanged.
+[--nice N|none] [--cpu-settle S]``. The default ``--method paired`` is run.py's own measurement,
+unchanged.
 
 One process, against the same loopback model servers as the paired mode (``model_servers.py``,
 a separate process). Each round takes, for each product in turn, one dsh delegation and one
@@ -33,7 +34,11 @@ Figures per delegation:
   Claude SDK from the ``query()`` call to the end of its iteration (the SDK waits for its CLI).
 - *parent CPU*: the delta of ``time.process_time()`` (this process, all its threads) around the
   whole delegation: dsh from entering the service to leaving it, the SDKs around the same span as
-  their wall time. The model servers' CPU is in their own process and never counted.
+  their wall time, each then extended by ``--cpu-settle`` seconds (default 1.2) of idle wait, the
+  same for both sides. That wait puts work a delegation defers where it belongs: dsh refills its
+  standby supervisor 1 s after a spawn, which would otherwise land in the next delegation's
+  window, usually the SDK's. The model servers' CPU is in their own process and never counted;
+  they are started outside dsh (``run.Helper``), so no scan of theirs runs in this process.
 
 Per product: the medians of both, the median of per-round ratios dsh / SDK (a round's two
 delegations see the same machine, which cancels slow drift) and the ratio of medians. After every
@@ -83,12 +88,18 @@ class _Delegations:
     """One product's two sides, each call with a fresh home, workspace, service and provider."""
 
     def __init__(
-        self, product: str, servers: ModelServers, root: Path, overrides: dict[str, Any]
+        self,
+        product: str,
+        servers: ModelServers,
+        root: Path,
+        overrides: dict[str, Any],
+        cpu_settle: float,
     ) -> None:
         self.product = product
         self.servers = servers
         self.root = root
         self.overrides = overrides  # dsh config fields beyond ``env``: ``nice`` when given
+        self.cpu_settle = cpu_settle  # seconds after the delegation still counted in its CPU
         self.count = 0
         self.late_exits: list[float] = []
 
@@ -125,6 +136,7 @@ class _Delegations:
                 result = await run.result()
             wall = time.perf_counter() - began
             await provider.aclose()
+        await asyncio.sleep(self.cpu_settle)
         cpu = time.process_time() - cpu0
         late = await _verify_gone(tree_id, time.perf_counter())
         if late is not None:
@@ -152,6 +164,7 @@ class _Delegations:
                 if isinstance(message, sdk.ResultMessage):
                     text = str(message.result or "")
         wall = time.perf_counter() - began
+        await asyncio.sleep(self.cpu_settle)
         cpu = time.process_time() - cpu0
         if text.strip() != ANSWER:
             raise RuntimeError(f"unexpected SDK answer {text[:80]!r}")
@@ -206,7 +219,7 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     load_before = [round(x, 2) for x in os.getloadavg()]
     overrides = {"nice": args.nice} if args.nice_given else {}
     servers = await ModelServers.start()
-    sides = {p: _Delegations(p, servers, root, overrides) for p in args.products}
+    sides = {p: _Delegations(p, servers, root, overrides, args.cpu_settle) for p in args.products}
     pairs: dict[str, list[tuple[Measured, Measured]]] = {p: [] for p in args.products}
     errors: dict[str, list[str]] = {p: [] for p in args.products}
     try:
@@ -239,6 +252,7 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             "rounds": args.rounds,
             "warmup": args.warmup,
             "nice": args.nice if args.nice_given else "default",
+            "cpu_settle_s": args.cpu_settle,
             "cpus": os.cpu_count(),
             "load_before": load_before,
             "load_after": [round(x, 2) for x in os.getloadavg()],
@@ -262,7 +276,8 @@ def _print(report: dict[str, Any]) -> None:
     print(
         f"dsh vs the official SDKs, the user method — {meta['date']}, {meta['rounds']} rounds "
         f"after {meta['warmup']} warm-up, {meta['cpus']} CPUs, load at start "
-        f"{meta['load_before']} (after {meta['load_after']}), dsh nice: {meta['nice']}"
+        f"{meta['load_before']} (after {meta['load_after']}), dsh nice: {meta['nice']}, "
+        f"CPU counted to {meta['cpu_settle_s']} s after each delegation"
     )
     for product, f in report["products"].items():
         problems = f["errors"] + [f"late tree exit {x} s" for x in f["late_tree_exits"]]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from dsh.subprocess import SpawnError, SpawnSpec, SubprocessRuntime, marked_processes
+from dsh.subprocess import _owned_dir as owned_dir_module
 from dsh.subprocess import _process as process_module
 
 pytestmark = [
@@ -52,7 +53,7 @@ def owned(tmp_path: Path) -> Path:
 def host_removals(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The removals the host's own process ran (each still really removes)."""
     seen: list[str] = []
-    real = process_module.remove_owned_dir
+    real = owned_dir_module.remove_owned_dir
 
     def recorded(path: str) -> None:
         seen.append(path)

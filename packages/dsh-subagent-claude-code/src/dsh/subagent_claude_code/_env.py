@@ -14,10 +14,11 @@ import re
 import shlex
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from dsh.subagent.kit import copy_home_template, make_off_loop
-from dsh.subagent_claude_code._run_dirs import run_dir_prefix
+from dsh.subagent.kit import copy_home_template, make_off_loop, new_owned_dir_path
+from dsh.subagent_claude_code._run_dirs import RUN_DIR_TAG, run_dir_prefix
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
 from dsh.subprocess import EnvForwarding
 
@@ -26,9 +27,11 @@ __all__ = [
     "ENV_FILE_NAME",
     "PRIVATE_CONFIG_DIR",
     "PRIVATE_HOME_DIR",
+    "RunDir",
     "forwarding",
     "make_run_dir",
     "make_run_dir_off_loop",
+    "prepare_run_dir",
     "private_home_overlay",
     "private_settings_file",
     "tool_env_script",
@@ -110,3 +113,28 @@ def private_settings_file(config: ClaudeCodeProviderConfig, run_dir: str) -> str
 async def make_run_dir_off_loop(config: ClaudeCodeProviderConfig) -> tuple[str, str]:
     """``make_run_dir`` in a worker thread; a cancelled caller never leaks the dir."""
     return await make_off_loop(lambda: make_run_dir(config), lambda made: made[0])
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A run's dir: its path, the env script's path in it, and what the spawn must create.
+
+    ``files`` is ``None`` when the dir exists already; else the spawn creates the dir with these
+    files (``SpawnSpec.owned_files``), in the supervisor, off the host's CPU.
+    """
+
+    path: str
+    env_file: str
+    files: dict[str, bytes] | None
+
+
+async def prepare_run_dir(config: ClaudeCodeProviderConfig) -> RunDir:
+    """The run dir of the next run. Under ``private`` isolation it is made here, in a worker
+    thread (the template copy is the host's work); otherwise it is only named, and the spawn
+    makes it with its env script."""
+    if config.isolation == "private":
+        path, env_file = await make_run_dir_off_loop(config)
+        return RunDir(path, env_file, None)
+    path = new_owned_dir_path(RUN_DIR_TAG)
+    script = tool_env_script(config).encode()
+    return RunDir(path, str(Path(path) / ENV_FILE_NAME), {ENV_FILE_NAME: script})

@@ -19,7 +19,7 @@ from dsh.subagent_claude_code._command import (
 from dsh.subagent_claude_code._env import (
     CLAUDE_CONFIG_DIR_ENV,
     forwarding,
-    make_run_dir_off_loop,
+    prepare_run_dir,
     private_home_overlay,
     private_settings_file,
 )
@@ -128,7 +128,8 @@ class ClaudeCodeProvider(ProviderBase[ClaudeCodeProviderConfig]):
         # One run-owned dir (removed with the run): the private TMPDIR when enabled, and always
         # the home of the Bash-tool env script.
         # Under private isolation it also holds the private HOME and CLAUDE_CONFIG_DIR.
-        run_dir, env_file = await make_run_dir_off_loop(self.config)
+        made = await prepare_run_dir(self.config)
+        run_dir, env_file = made.path, made.env_file
         tmp_dir = run_dir if self.config.private_tmp else None
         settings = private_settings_file(self.config, run_dir)
         if settings is not None:
@@ -145,6 +146,7 @@ class ClaudeCodeProvider(ProviderBase[ClaudeCodeProviderConfig]):
             nice=self.config.nice,
             limits=Limits.of(self.config),
             owned_dir=run_dir,  # removed after whole-tree exit, by the supervisor where it can
+            owned_files=made.files,  # and, outside private isolation, made by it too
         )
         return ClaudeCodeRun(self.config, spec, self._runtime or default_runtime(), run_dir)
 

@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import re
+import secrets
 import shutil
 import stat
 import tempfile
@@ -29,6 +30,7 @@ __all__ = [
     "copy_home_template",
     "make_off_loop",
     "make_owned_dir",
+    "new_owned_dir_path",
     "owned_dir_prefix",
     "remove_off_loop",
     "sweep_lost_dirs",
@@ -82,6 +84,13 @@ def owned_dir_prefix(tag: str) -> str:
 def make_owned_dir(tag: str) -> str:
     """A fresh ``0700`` directory named for this process (see the module docstring)."""
     return tempfile.mkdtemp(prefix=owned_dir_prefix(tag))
+
+
+def new_owned_dir_path(tag: str) -> str:
+    """A fresh, not yet existing path for an owned dir of this process: for a spawn that
+    creates the dir itself (``dsh.subprocess.SpawnSpec.owned_files``). 64 random bits; the
+    creator's ``mkdir`` fails rather than take over anything already there."""
+    return str(Path(tempfile.gettempdir()) / (owned_dir_prefix(tag) + secrets.token_hex(8)))
 
 
 def sweep_lost_dirs(tag: str, root: str | os.PathLike[str] | None = None) -> list[str]:

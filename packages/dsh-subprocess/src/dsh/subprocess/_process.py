@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import logging
 import os
-import shutil
 import subprocess
 import time
 import uuid
@@ -23,10 +23,12 @@ from dsh.subprocess._cgroup import kernel_layer, limits_problem
 from dsh.subprocess._contention import contention
 from dsh.subprocess._env import build_child_env
 from dsh.subprocess._marker import format_marker
+from dsh.subprocess._owned_dir import make_owned_dir, remove_owned_dir
 from dsh.subprocess._priority import lower_priority, lower_running
 from dsh.subprocess._procfs import TREE_MARKER_ENV, Snapshot, read_info, scan
 from dsh.subprocess._spawner import (
     GroupJoinFailed,
+    OwnedDirFailed,
     SpawnerUnavailable,
     SupervisedChild,
     spawn_supervised,
@@ -150,6 +152,8 @@ class ManagedProcess:
         self._gone_notified = False
         self._reported_empty = False
         """The supervisor, alive throughout, reported the tree empty (see Tree.settle_by_report)."""
+        self._groups_removed = False
+        """The supervisor removed the run's cgroup directories before that report (so empty)."""
         self._owned_dir_removed = False
         self._closed = False
         self._auto_nice = spec.nice == "auto"
@@ -370,7 +374,7 @@ class ManagedProcess:
 
     def _sample_once(self) -> bool:
         """One observation (runs off the loop thread). True once the whole tree is gone."""
-        if self._reported_empty and self._tree.settle_by_report():
+        if self._reported_empty and self._tree.settle_by_report(self._groups_removed):
             return True  # _release_group still records the limits it hit
         now = time.monotonic()
         urgent = self._term_at is not None or self._waiters > 0
@@ -403,8 +407,8 @@ class ManagedProcess:
     def _release_group(self) -> None:
         """The tree is gone: keep what limits it hit, and remove its cgroup directories."""
         group, self._group = self._group, None
-        if group is None:
-            return
+        if group is None or self._groups_removed:
+            return  # the supervisor removed it; it asks to only when there are no limits
         if not self.limits_hit and self.spec.limits is not None:
             self.limits_hit = group.hit()
         if not group.remove():
@@ -437,7 +441,7 @@ class ManagedProcess:
             now = time.monotonic()
             kill_due = self._kill_at is not None and now >= self._kill_at
             gone = False
-            if self._reported_empty and self._tree.settle_by_report():
+            if self._reported_empty and self._tree.settle_by_report(self._groups_removed):
                 gone = True  # proven by the report: no scan, so no hop to a worker thread
             elif now >= next_scan or kill_due or not self._supervision_live():
                 next_scan = now + self._scan_interval()
@@ -508,6 +512,7 @@ class ManagedProcess:
             self._loop.remove_reader(child.fileno())
         child.close()
         self._reported_empty = child.empty and not child.lost
+        self._groups_removed = self._reported_empty and child.groups_removed
         if child.lost and self._group is not None:
             # A tool killed the supervisor: whatever it started is still in the run's group.
             # The run cannot be supervised any more, so end it the way the spawner would.
@@ -697,6 +702,9 @@ def _check_cwd(cwd: str | os.PathLike[str] | None) -> str | None:
 
 
 def _spawn_error(exc: OSError, cwd: str | None) -> SpawnError:
+    if isinstance(exc, OwnedDirFailed):
+        code = errno.errorcode.get(exc.errno or 0, "unknown error")
+        return SpawnError(f"spawn failed: cannot create owned_dir ({code})")
     kind = type(exc).__name__
     if cwd is not None and exc.filename == cwd:
         return SpawnError(f"spawn failed: cannot enter cwd ({kind})")
@@ -742,6 +750,11 @@ def _popen(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> Child:
             raise _spawn_error(exc, cwd) from exc
     if strict:
         raise _limits_error(spec, "no supervisor could be started")
+    try:
+        make_owned_dir(spec)
+    except OSError as exc:
+        _log.debug("owned_dir could not be made", exc_info=True)
+        raise _spawn_error(OwnedDirFailed(exc.errno, exc.strerror), cwd) from exc
     return _plain_popen(spec, env, cwd)
 
 
@@ -784,11 +797,6 @@ def _spawn_child(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> Child
     if isinstance(spec.nice, int) and not isinstance(popen, SupervisedChild):
         lower_priority(popen.pid, spec.nice)
     return popen
-
-
-def remove_owned_dir(path: str) -> None:
-    """Remove a spec's ``owned_dir`` and all it holds (errors ignored: it may be gone already)."""
-    shutil.rmtree(path, ignore_errors=True)
 
 
 async def launch(

@@ -9,12 +9,12 @@ import threading
 import time
 from types import TracebackType
 
+from dsh.subprocess._owned_dir import remove_owned_dir
 from dsh.subprocess._process import (
     _KILL_CONFIRM_S,
     ManagedProcess,
     finish_despite_cancel,
     launch,
-    remove_owned_dir,
 )
 from dsh.subprocess._procfs import scan
 from dsh.subprocess._record import record

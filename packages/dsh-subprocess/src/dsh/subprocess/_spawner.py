@@ -33,6 +33,7 @@ __all__ = [
     "SPAWNER_OWNER_ENV",
     "SPAWNER_SCRIPT_NAME",
     "GroupJoinFailed",
+    "OwnedDirFailed",
     "SpawnerUnavailable",
     "SupervisedChild",
     "spawn_supervised",
@@ -63,6 +64,10 @@ class GroupJoinFailed(Exception):
     """The supervisor could not join the run's cgroup; nothing was started."""
 
 
+class OwnedDirFailed(OSError):
+    """The supervisor could not create the spec's owned dir or its files; nothing was started."""
+
+
 Standby = tuple[socket.socket, RunGroup | None]
 """A waiting supervisor's control socket, and the run group it already sits in."""
 
@@ -82,6 +87,8 @@ class SupervisedChild:
         self.returncode: int | None = None
         self.empty = False
         """The supervisor reported that nothing is left below it."""
+        self.groups_removed = False
+        """The supervisor removed the run's cgroup directories (empty, so the kernel let it)."""
         self.lost = False
         """The control socket closed without that report (the supervisor was killed)."""
         self.group: RunGroup | None = None
@@ -129,6 +136,8 @@ class SupervisedChild:
             self.returncode = os.waitstatus_to_exitcode(int(report[2:]))
         elif report == b"E":
             self.empty = True
+        elif report == b"G":
+            self.groups_removed = True
 
     def poll(self) -> int | None:
         self.read_reports()
@@ -392,6 +401,12 @@ def spawn_supervised(
             "in_group": prejoined,
             "leave": stale is not None,
             "remove": None if spec.owned_dir is None else os.fsencode(spec.owned_dir),
+            "make": _owned_files(spec),
+            # Without limits there is nothing to read from the groups at the end: the
+            # supervisor removes them once the tree is gone, off the host's CPU.
+            "drop": [os.fsencode(p) for p in group.created]
+            if group is not None and spec.limits is None
+            else None,
         }
         try:
             _send_frame(host_control, marshal.dumps(request), sources)
@@ -415,6 +430,13 @@ def spawn_supervised(
     child.group = group
     child.take_reports(early)
     return child
+
+
+def _owned_files(spec: SpawnSpec) -> dict[bytes, bytes] | None:
+    """The files the supervisor writes into the owned dir it creates (None: it creates none)."""
+    if spec.owned_files is None:
+        return None
+    return {os.fsencode(name): content for name, content in spec.owned_files.items()}
 
 
 def _open_stdio(spec: SpawnSpec, pipes: dict[str, int], sources: list[int]) -> list[int | None]:
@@ -465,6 +487,8 @@ def _await_start(control: socket.socket, cwd: str | None) -> tuple[int, int, byt
         number = int(code or 0) or 0
         if stage == b"cgroup":
             raise GroupJoinFailed(os.strerror(number) if number else "cgroup join failed")
+        if stage == b"dir":
+            raise OwnedDirFailed(number, os.strerror(number) if number else "owned_dir failed")
         message = os.strerror(number) if number else "spawn failed"
         raise OSError(number, message, cwd if stage == b"cwd" else None)
     raise SpawnerUnavailable("spawner gave no answer")

@@ -26,13 +26,16 @@ host keeps a standby supervisor or two, so a spawn costs one request and one vfo
   It reports, one line each::
 
       S <pid> <own pid>   the program runs (and this supervisor's pid)
-      F <stage> <errno>   it could not start (stage: cwd, exec, request, cgroup)
+      F <stage> <errno>   it could not start (stage: cwd, exec, request, cgroup, dir)
       X <wait status>     the program exited (raw status, as from waitpid)
+      G                   the run's cgroup directories the request named (``drop``) are
+                          removed, which the kernel allows only for empty groups (before E)
       E                   nothing is left below the supervisor: the tree is gone
 
   A request may name an owned directory (``remove``): the supervisor removes it, with all it
   holds, once the tree is gone and before it reports ``E``, so the host does no filesystem work
-  for it, and a host that died does not leave it behind.
+  for it, and a host that died does not leave it behind. With ``make`` (file names to contents)
+  the supervisor first creates it, and those read-only files in it, before the program starts.
 
   It accepts ``T`` (SIGTERM every descendant, once each) and ``K`` (SIGKILL every descendant,
   again and again, until none is left). When the host's end closes it does ``K`` by itself, so a
@@ -57,6 +60,7 @@ import struct
 import subprocess
 import sys
 import time
+from typing import NoReturn
 
 _PR_SET_CHILD_SUBREAPER = 36
 _HEADER = struct.Struct("!I")
@@ -136,6 +140,12 @@ def _reap(wanted: int) -> tuple[int | None, bool]:
 def _send(ctl: socket.socket, message: bytes) -> None:
     with contextlib.suppress(OSError):  # the host is gone; the tree is killed all the same
         ctl.send(message)
+
+
+def _fail(ctl: socket.socket, stage: bytes, errno: int | None = 0) -> NoReturn:
+    """Report that the program could not start (``F <stage> <errno>``), and end."""
+    _send(ctl, b"F %s %d\n" % (stage, errno or 0))
+    os._exit(0)
 
 
 def _ignore(*_: object) -> None:
@@ -266,8 +276,7 @@ def _supervise(ctl: socket.socket, standby_groups: object) -> None:
     request, stdio_fds = received
     layout = request.get("stdio")
     if not isinstance(layout, list) or len(layout) != 3:
-        _send(ctl, b"F request 0\n")
-        os._exit(0)
+        _fail(ctl, b"request")
     stdio = [None if slot is None else stdio_fds[slot] for slot in layout]
     _subreaper()
     wake_r, wake_w = os.pipe()
@@ -282,20 +291,22 @@ def _supervise(ctl: socket.socket, standby_groups: object) -> None:
             raise OSError(0, "the standby could not join its group")
         _move_to(groups, 0)
     except OSError as exc:
-        _send(ctl, b"F cgroup %d\n" % (exc.errno or 0))
-        os._exit(0)
+        _fail(ctl, b"cgroup", exc.errno)
     except TypeError:
-        _send(ctl, b"F request 0\n")
-        os._exit(0)
+        _fail(ctl, b"request")
+    try:
+        _make_owned(request.get("remove"), request.get("make"))
+    except OSError as exc:
+        _fail(ctl, b"dir", exc.errno)
+    except TypeError:
+        _fail(ctl, b"request")
     try:
         program = _start_program(request, stdio)
     except OSError as exc:
         stage = b"cwd" if request["cwd"] is not None and exc.filename == request["cwd"] else b"exec"
-        _send(ctl, b"F %s %d\n" % (stage, exc.errno or 0))
-        os._exit(0)
+        _fail(ctl, stage, exc.errno)
     except (ValueError, TypeError):
-        _send(ctl, b"F request 0\n")
-        os._exit(0)
+        _fail(ctl, b"request")
     finally:
         for fd in stdio_fds:
             os.close(fd)
@@ -319,7 +330,8 @@ def _supervise(ctl: socket.socket, standby_groups: object) -> None:
             _send(ctl, b"X %d\n" % status)
         if exited and not left:
             _remove_owned(request.get("remove"))
-            _send(ctl, b"E\n")
+            dropped = _drop_run_groups(request.get("drop"))
+            _send(ctl, b"G\nE\n" if dropped else b"E\n")
             os._exit(0)
         if killing_since is not None:
             _signal_all(_descendants(me), signal.SIGKILL, None)
@@ -343,6 +355,51 @@ def _supervise(ctl: socket.socket, standby_groups: object) -> None:
                 _signal_all(_descendants(me), signal.SIGTERM, termed)
             if b"K" in commands:
                 killing_since = killing_since or time.monotonic()
+
+
+def _make_owned(path: object, files: object) -> None:
+    """Create the request's owned directory and its read-only files (none asked: nothing)."""
+    if files is None:
+        return
+    if not (isinstance(path, bytes) and os.path.isabs(path) and isinstance(files, dict)):
+        raise TypeError("malformed request")
+    os.mkdir(path, 0o700)  # fails if anything is there already: never someone else's dir
+    try:
+        for name, content in files.items():
+            if not isinstance(name, bytes) or not isinstance(content, bytes) or b"/" in name:
+                raise TypeError("malformed request")
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(os.path.join(path, name), flags, 0o400)
+            try:
+                view = memoryview(content)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+
+
+def _drop_run_groups(dirs: object) -> bool:
+    """Remove the run's cgroup directories the request names, deepest first (a nested dsh makes
+    its own groups below); True only when all are gone. The kernel refuses to remove a group
+    that still holds a process, so True also proves them empty."""
+    if not isinstance(dirs, list) or not dirs:
+        return False
+    try:
+        for group in reversed(dirs):
+            if not isinstance(group, bytes):
+                return False
+            for parent, children, _ in os.walk(group, topdown=False):
+                for child in children:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.rmdir(os.path.join(parent, child))
+            with contextlib.suppress(FileNotFoundError):
+                os.rmdir(group)
+    except OSError:
+        return False
+    return True
 
 
 def _remove_owned(path: object) -> None:

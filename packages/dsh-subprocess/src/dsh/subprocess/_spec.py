@@ -95,6 +95,10 @@ class SpawnSpec:
     exited, or when the spawn fails. A supervisor removes it just before it reports the tree
     gone, so the host's process does no filesystem work for it; without a live supervisor
     ``aclose()`` removes it in a worker thread before it returns.
+    ``owned_files`` asks the spawn to create ``owned_dir`` (mode 0700; it must not exist yet) and
+    write these files into it (plain names to contents, each read-only, mode 0400) just before the
+    program starts: in the supervisor where there is one, so the host's process does no filesystem
+    work for the dir at all. ``None`` (the default) means the caller made the dir.
     """
 
     argv: Sequence[str]
@@ -107,6 +111,7 @@ class SpawnSpec:
     nice: int | Literal["auto"] | None = None
     limits: Limits | None = None
     owned_dir: str | os.PathLike[str] | None = None
+    owned_files: Mapping[str, bytes] | None = None
 
     def __post_init__(self) -> None:
         if self.limits is not None and not isinstance(self.limits, Limits):
@@ -141,6 +146,10 @@ class SpawnSpec:
             if not isinstance(path, str) or not Path(path).is_absolute():
                 raise ValueError("owned_dir must be an absolute path or None")
             object.__setattr__(self, "owned_dir", path)
+        if self.owned_files is not None:
+            if owned is None:
+                raise ValueError("owned_files needs owned_dir")
+            object.__setattr__(self, "owned_files", _check_owned_files(self.owned_files))
 
 
 def _check_argv(argv: object) -> tuple[str, ...]:
@@ -157,6 +166,19 @@ def _check_argv(argv: object) -> tuple[str, ...]:
         if "\0" in item:
             raise SpawnError("invalid argv: items must not contain NUL")
     return items
+
+
+def _check_owned_files(files: object) -> dict[str, bytes]:
+    if not isinstance(files, Mapping):
+        raise ValueError("owned_files must be a mapping of file names to bytes, or None")
+    checked: dict[str, bytes] = {}
+    for name, content in files.items():
+        if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\0" in name:
+            raise ValueError("owned_files names must be plain file names (no '/', '.' or '..')")
+        if not isinstance(content, bytes):
+            raise ValueError(f"owned_files content for {name!r} must be bytes")
+        checked[name] = content
+    return checked
 
 
 def _check_grace(grace_ms: object) -> float:

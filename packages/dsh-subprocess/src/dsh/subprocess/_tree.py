@@ -174,19 +174,20 @@ class Tree:
         with self._lock:
             self._anchor = None
 
-    def settle_by_report(self) -> bool:
+    def settle_by_report(self, groups_removed: bool = False) -> bool:
         """The supervisor, alive throughout, reported that nothing is left below it: True when
         that alone proves the tree gone (no scan).
 
         Every member descends from the supervisor, a subreaper, so its ``E`` report (no child
         left to wait for) is structural proof; a marked process can only inherit the marker from
         a member. Not when a snapshot once showed a member outside the supervisor, and not while
-        the run's cgroup still holds a process: then scans decide, as before.
+        the run's cgroup still holds a process: then scans decide, as before. ``groups_removed``:
+        the supervisor removed the run's cgroup, which the kernel allows only when it is empty.
         """
         with self._lock:
             if not self.gone and not self._outside_anchor:
                 group = self.group
-                if group is None or not group.populated():
+                if group is None or groups_removed or not group.populated():
                     self.gone = True
                     self._alive = {}
             return self.gone

@@ -1,0 +1,130 @@
+"""``SpawnSpec.owned_files``: the spawn creates the owned dir and its files before the program."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from dsh.subprocess import Collect, SpawnError, SpawnSpec, SubprocessRuntime, marked_processes
+from dsh.subprocess import _owned_dir as owned_dir_module
+from dsh.subprocess import _process as process_module
+
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only"),
+    pytest.mark.timeout(60),
+]
+
+# Prints what the program finds at start: the dir's mode, then each file's mode and content.
+INSPECT = (
+    "import os, stat, sys\n"
+    "d = sys.argv[1]\n"
+    "print(oct(stat.S_IMODE(os.stat(d).st_mode)))\n"
+    "for name in sorted(os.listdir(d)):\n"
+    "    p = os.path.join(d, name)\n"
+    "    print(name, oct(stat.S_IMODE(os.stat(p).st_mode)), open(p).read().strip())\n"
+)
+FILES = {"env.sh": b"unset SECRET\n", "note": b"hello"}
+
+
+@pytest.fixture
+def host_makes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The owned dirs the host's own process made (each still really made)."""
+    seen: list[str] = []
+    real = owned_dir_module.make_owned_dir
+
+    def recorded(spec: SpawnSpec) -> None:
+        if spec.owned_files is not None:
+            seen.append(str(spec.owned_dir))
+        real(spec)
+
+    monkeypatch.setattr(process_module, "make_owned_dir", recorded)
+    return seen
+
+
+@pytest.mark.parametrize("supervised", [True, False])
+async def test_the_program_starts_with_the_dir_and_its_files(
+    runtime: SubprocessRuntime,
+    tmp_path: Path,
+    supervised: bool,
+    host_makes: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(process_module, "_SUPERVISED", supervised)
+    owned = tmp_path / "owned"
+    spec = SpawnSpec(
+        [sys.executable, "-c", INSPECT, str(owned)],
+        stdout=Collect(4096),
+        owned_dir=owned,
+        owned_files=FILES,
+    )
+    proc = await runtime.spawn(spec)
+    assert (proc._supervised is not None) is supervised
+    assert (await proc.wait()).exit_code == 0
+    await proc.aclose()
+    assert proc.collected("stdout").text.splitlines() == [
+        "0o700",
+        "env.sh 0o400 unset SECRET",
+        "note 0o400 hello",
+    ]
+    # The supervisor made it, so the host's process did not; without one, the host did.
+    assert host_makes == ([] if supervised else [str(owned)])
+    assert not owned.exists()
+    assert marked_processes(proc.tree_id) == []
+
+
+@pytest.mark.parametrize("supervised", [True, False])
+async def test_something_already_at_the_path_fails_the_spawn_untouched(
+    runtime: SubprocessRuntime,
+    tmp_path: Path,
+    supervised: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(process_module, "_SUPERVISED", supervised)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep").write_text("mine")
+    planted = tmp_path / "owned"
+    planted.symlink_to(elsewhere)  # an attacker's link where the run dir is to be made
+    spec = SpawnSpec(["true"], owned_dir=planted, owned_files=FILES)
+    with pytest.raises(SpawnError, match=r"cannot create owned_dir \(EEXIST\)"):
+        await runtime.spawn(spec)
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["keep"]  # nothing written through
+    assert (elsewhere / "keep").read_text() == "mine"
+
+
+@pytest.mark.parametrize("supervised", [True, False])
+async def test_a_failed_exec_removes_the_dir_it_made(
+    runtime: SubprocessRuntime,
+    tmp_path: Path,
+    supervised: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(process_module, "_SUPERVISED", supervised)
+    owned = tmp_path / "owned"
+    spec = SpawnSpec(["/nonexistent/program"], owned_dir=owned, owned_files=FILES)
+    with pytest.raises(SpawnError, match="executable not found"):
+        await runtime.spawn(spec)
+    assert not owned.exists()
+
+
+def test_owned_files_needs_owned_dir() -> None:
+    with pytest.raises(ValueError, match="owned_files needs owned_dir"):
+        SpawnSpec(["true"], owned_files=FILES)
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a/b", "nul\0"])
+def test_owned_files_names_are_plain_file_names(name: str) -> None:
+    with pytest.raises(ValueError, match="owned_files names must be plain file names"):
+        SpawnSpec(["true"], owned_dir="/tmp/x", owned_files={name: b""})
+
+
+def test_owned_files_content_is_bytes() -> None:
+    with pytest.raises(ValueError, match="owned_files content for 'a' must be bytes"):
+        SpawnSpec(["true"], owned_dir="/tmp/x", owned_files={"a": "text"})  # type: ignore[dict-item]
+
+
+def test_owned_files_is_a_mapping() -> None:
+    with pytest.raises(ValueError, match="owned_files must be a mapping"):
+        SpawnSpec(["true"], owned_dir="/tmp/x", owned_files=[("a", b"")])  # type: ignore[arg-type]
