@@ -75,22 +75,28 @@ async def test_the_program_starts_with_the_dir_and_its_files(
 
 
 @pytest.mark.parametrize("supervised", [True, False])
+@pytest.mark.parametrize("planted", ["symlink", "directory"])
 async def test_something_already_at_the_path_fails_the_spawn_untouched(
     runtime: SubprocessRuntime,
     tmp_path: Path,
     supervised: bool,
+    planted: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(process_module, "_SUPERVISED", supervised)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "keep").write_text("mine")
-    planted = tmp_path / "owned"
-    planted.symlink_to(elsewhere)  # an attacker's link where the run dir is to be made
-    spec = SpawnSpec(["true"], owned_dir=planted, owned_files=FILES)
+    path = tmp_path / "owned"
+    if planted == "symlink":
+        path.symlink_to(elsewhere)  # an attacker's link where the run dir is to be made
+    else:
+        elsewhere.rename(path)  # someone's own dir at that path: a caller's mistake, say
+        elsewhere = path
+    spec = SpawnSpec(["true"], owned_dir=path, owned_files=FILES)
     with pytest.raises(SpawnError, match=r"cannot create owned_dir \(EEXIST\)"):
         await runtime.spawn(spec)
-    assert sorted(p.name for p in elsewhere.iterdir()) == ["keep"]  # nothing written through
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["keep"]  # nothing written, or removed
     assert (elsewhere / "keep").read_text() == "mine"
 
 

@@ -1,4 +1,4 @@
-"""The fork runs in a worker thread: a cancel or a runtime close meanwhile never loses the child.
+"""A spawn in a worker thread: a cancel or a runtime close meanwhile never loses the child.
 
 A gate around the real ``Popen`` holds the worker thread until the test has cancelled (or closed
 the runtime), so the child is created after the caller has stopped waiting for it.
@@ -45,6 +45,8 @@ class Gate:
 def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
     held = Gate(process_module._popen)
     monkeypatch.setattr(process_module, "_popen", held)
+    # The worker-thread path, even with a standby waiting (test_loop_start.py has the other).
+    monkeypatch.setattr(process_module, "_start_from_loop", lambda *args: None)
     yield held
     held.release.set()
 

@@ -6,12 +6,14 @@ import asyncio
 import contextlib
 import dataclasses
 import errno
+import functools
 import logging
 import os
 import subprocess
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Literal, TypeVar
@@ -22,6 +24,7 @@ from dsh.subprocess import _procfs
 from dsh.subprocess._cgroup import kernel_layer, limits_problem
 from dsh.subprocess._contention import contention
 from dsh.subprocess._env import build_child_env
+from dsh.subprocess._loop_start import start_on_loop
 from dsh.subprocess._marker import format_marker
 from dsh.subprocess._owned_dir import make_owned_dir, remove_owned_dir
 from dsh.subprocess._priority import lower_priority, lower_running
@@ -31,9 +34,9 @@ from dsh.subprocess._spawner import (
     OwnedDirFailed,
     SpawnerUnavailable,
     SupervisedChild,
-    spawn_supervised,
 )
 from dsh.subprocess._spec import Collect, CollectedText, ProcessOutcome, SpawnSpec, StreamSpec
+from dsh.subprocess._start_request import spawn_supervised
 from dsh.subprocess._trace_context import apply_trace_context
 from dsh.subprocess._tree import Tree
 from dsh.subprocess._workers import offload, submit
@@ -754,7 +757,8 @@ def _popen(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> Child:
         make_owned_dir(spec)
     except OSError as exc:
         _log.debug("owned_dir could not be made", exc_info=True)
-        raise _spawn_error(OwnedDirFailed(exc.errno, exc.strerror), cwd) from exc
+        failed = OwnedDirFailed(exc.errno, exc.strerror)
+        raise _spawn_error(failed, cwd) from failed
     return _plain_popen(spec, env, cwd)
 
 
@@ -787,6 +791,22 @@ def _plain_popen(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> subpr
         raise SpawnError("spawn failed: invalid argument") from exc
 
 
+def _start_from_loop(
+    spec: SpawnSpec, env: dict[str, str], cwd: str | None
+) -> asyncio.Future[Child] | None:
+    """The spawn without a worker thread (``_loop_start``), where it applies; else None."""
+    if not _SUPERVISED:
+        return None
+    return start_on_loop(
+        spec,
+        env,
+        cwd,
+        _owner_identity(),
+        use_groups=kernel_layer().active,
+        fallback=functools.partial(_spawn_child, spec, env, cwd),
+    )
+
+
 def _spawn_child(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> Child:
     """The worker-thread half of a spawn: fork and exec, then the requested priority.
 
@@ -809,14 +829,21 @@ async def launch(
 
     The fork and exec run in a worker thread (``_workers``): on the loop thread, under CPU load, one
     ``fork_exec`` stalls every other task for 5 to 30 ms (measured: 8 products starting at once).
-    A spawn that fails (or is cancelled) removes ``spec.owned_dir`` before it raises.
+    A spawn that fails (or is cancelled) removes ``spec.owned_dir`` before it raises, unless it
+    was to create the dir and found something at the path.
     """
     try:
         return await _launch(spec, on_spawned=on_spawned, on_gone=on_gone)
-    except BaseException:
-        if spec.owned_dir is not None:
+    except BaseException as error:
+        if spec.owned_dir is not None and not _found_in_the_way(error):
             await finish_despite_cancel(offload(remove_owned_dir, spec.owned_dir))
         raise
+
+
+def _found_in_the_way(error: BaseException) -> bool:
+    """The spawn was to create ``owned_dir`` and something was at the path: not ours to remove."""
+    cause = error.__cause__
+    return isinstance(cause, OwnedDirFailed) and cause.errno == errno.EEXIST
 
 
 async def _launch(
@@ -835,12 +862,18 @@ async def _launch(
     # Nice 0 asks for nothing: a child never runs above the caller's priority anyway, and asking
     # costs the supervisor a fork instead of a vfork.
     resolved = dataclasses.replace(spec, nice=started_at or None)
-    job = submit(_spawn_child, resolved, env, cwd)
-    spawning = asyncio.wrap_future(job)
+    job: Future[Child] | None = None
+    spawning = _start_from_loop(resolved, env, cwd)
+    if spawning is None:
+        job = submit(_spawn_child, resolved, env, cwd)
+        spawning = asyncio.wrap_future(job)
     try:
         popen = await asyncio.shield(spawning)
+    except OSError as exc:  # from the loop-side start (the worker-thread one maps its own)
+        _log.debug("spawn failed", exc_info=True)
+        raise _spawn_error(exc, cwd) from exc
     except asyncio.CancelledError:
-        if job.cancel():
+        if job is not None and job.cancel():
             raise  # still queued: no fork happened
         # The fork may already have happened: finish it, then take the child down with the
         # ordinary half-started path, so a cancelled spawn never leaves a process behind.

@@ -1,10 +1,11 @@
 """The host's side of the spawner: one spawner process per host, one supervised child per spawn.
 
-``spawn_supervised`` hands a spawn to the spawner (``_spawner_main``), which forks a subreaper
-supervisor that forks the program. The host keeps the parent ends of the pipes and a control
-socket to the supervisor; ``SupervisedChild`` reads the supervisor's reports from it and looks
-like the part of ``subprocess.Popen`` that ``ManagedProcess`` uses. Everything here blocks
-briefly and runs in the package's worker threads, except ``SupervisedChild.read_reports``.
+``_start_request.spawn_supervised`` hands a spawn to a standby supervisor that the spawner
+(``_spawner_main``) forked ahead of time, a subreaper that forks the program. The host keeps the
+parent ends of the pipes and a control socket to the supervisor; ``SupervisedChild`` reads the
+supervisor's reports from it and looks like the part of ``subprocess.Popen`` that
+``ManagedProcess`` uses. Everything here blocks briefly and runs in the package's worker threads
+or the standby refill thread, except ``SupervisedChild.read_reports`` and ``take_waiting``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import weakref
 from pathlib import Path
 
 from dsh.subprocess._cgroup import RunGroup, kernel_layer
-from dsh.subprocess._spec import SpawnSpec, StreamSpec
 from dsh.subprocess._workers import submit
 
 __all__ = [
@@ -35,8 +35,8 @@ __all__ = [
     "GroupJoinFailed",
     "OwnedDirFailed",
     "SpawnerUnavailable",
+    "Standby",
     "SupervisedChild",
-    "spawn_supervised",
 ]
 
 _log = logging.getLogger("dsh.subprocess")
@@ -47,8 +47,8 @@ SPAWNER_OWNER_ENV = "DSH_SPAWNER_OWNER"
 SPAWNER_SCRIPT_NAME = "_spawner_main.py"
 _SCRIPT = Path(__file__).with_name(SPAWNER_SCRIPT_NAME)
 _HEADER = struct.Struct("!I")
-_START_TIMEOUT_S = 10.0
-_REPORT_SIZE = 256
+REPORT_SIZE = 256
+"""The most one read of a supervisor's reports takes."""
 _STANDBY = 2
 """Supervisors kept forked and waiting, so a spawn never waits for a fork of its own."""
 _REFILL_DELAY_S = 1.0
@@ -113,7 +113,7 @@ class SupervisedChild:
         """Take every report already waiting (never blocks)."""
         while not self.finished:
             try:
-                report = self._control.recv(_REPORT_SIZE, socket.MSG_DONTWAIT)
+                report = self._control.recv(REPORT_SIZE, socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
@@ -249,6 +249,17 @@ class _Spawner:
             ready = self._standby.pop() if self._standby else None
         return ready if ready is not None else self.new_supervisor(owner)
 
+    def take_waiting(self, in_group: bool) -> Standby | None:
+        """A waiting standby that sits in a group (or not) as asked, without any blocking work;
+        None when there is none, or the spawner died (``take_standby`` deals with that)."""
+        with self._lock:
+            if self._process is None or self._process.poll() is not None:
+                return None
+            for index in range(len(self._standby) - 1, -1, -1):
+                if (self._standby[index][1] is not None) == in_group:
+                    return self._standby.pop(index)
+        return None
+
     def refill_soon(self, owner: str) -> None:
         """Refill now if no standby is left, else after ``_REFILL_DELAY_S`` (off every caller).
 
@@ -286,8 +297,7 @@ class _Spawner:
                 owner = self._refill_owner
                 due.release()
                 try:
-                    with contextlib.suppress(RuntimeError):  # the pool is shutting down
-                        submit(self.refill, owner)
+                    self.refill(owner)  # here: a hand-off to a worker thread costs more
                 finally:
                     due.acquire()
 
@@ -337,161 +347,12 @@ class _Spawner:
 _spawner = _Spawner()
 
 
-_FS_ENCODING = sys.getfilesystemencoding()
-
-
-def _encode_env(env: dict[str, str]) -> dict[bytes, bytes]:
-    """``os.fsencode`` of every name and value (POSIX), without its per-call type checks: a spawn
-    encodes some 50 variables on the host, and this is its largest share of building a request."""
-    encoding = _FS_ENCODING
-    return {
-        name.encode(encoding, "surrogateescape"): value.encode(encoding, "surrogateescape")
-        for name, value in env.items()
-    }
-
-
-def _stdio_source(mode: StreamSpec | str, index: int, pipes: dict[str, int]) -> int | None:
-    """The child's end for stdio slot ``index``; the host's end goes into ``pipes``."""
-    name = ("stdin", "stdout", "stderr")[index]
-    if mode == "ignore":
-        return None
-    if mode == "inherit":
-        return os.dup(index)
-    read_end, write_end = os.pipe()
-    if index == 0:
-        pipes[name] = write_end
-        return read_end
-    pipes[name] = read_end
-    return write_end
-
-
-def spawn_supervised(
-    spec: SpawnSpec, env: dict[str, str], cwd: str | None, owner: str, *, use_groups: bool
-) -> SupervisedChild:
-    """Start ``spec`` under a supervisor; OSError (errno, and the cwd as filename) if it cannot.
-
-    With ``use_groups`` the program starts in its run's cgroup: the one the standby supervisor
-    already sits in (else a new one), plus the v1 limit groups of ``spec.limits``, which the
-    supervisor joins before it starts the program (``GroupJoinFailed`` if it cannot). Without,
-    a standby that sits in a group leaves it first.
-    """
-    pipes: dict[str, int] = {}
-    sources: list[int] = []
-    host_control, group = _spawner.take_standby(owner)
-    stale = None if use_groups else group
-    group = group if use_groups else None
-    joins: list[tuple[bytes, bytes]] = []
-    prejoined = group is not None  # the standby sits in it already
-    try:
-        layer = kernel_layer()
-        if use_groups and group is None:
-            group = layer.new_group(uuid.uuid4().hex, spec.limits)
-            joins = group.pairs() if group is not None else []
-        elif group is not None:
-            layer.add_limits(group, spec.limits)
-            joins = group.pairs(v1_only=True)
-        layout = _open_stdio(spec, pipes, sources)
-        request = {
-            "argv": [os.fsencode(arg) for arg in spec.argv],
-            "env": _encode_env(env),
-            "cwd": os.fsencode(cwd if cwd is not None else Path.cwd()),  # the host's, as Popen
-            "nice": spec.nice,
-            "stdio": layout,
-            "cgroups": joins,
-            "in_group": prejoined,
-            "leave": stale is not None,
-            "remove": None if spec.owned_dir is None else os.fsencode(spec.owned_dir),
-            "make": _owned_files(spec),
-            # Without limits there is nothing to read from the groups at the end: the
-            # supervisor removes them once the tree is gone, off the host's CPU.
-            "drop": [os.fsencode(p) for p in group.created]
-            if group is not None and spec.limits is None
-            else None,
-        }
-        try:
-            _send_frame(host_control, marshal.dumps(request), sources)
-        except OSError as exc:
-            raise SpawnerUnavailable("standby supervisor unreachable") from exc
-        finally:
-            _close_all(sources)  # the supervisor holds its own copies now
-            sources.clear()
-        pid, supervisor_pid, early = _await_start(host_control, cwd)
-    except BaseException:
-        _close_all([*sources, *pipes.values()])
-        host_control.close()
-        if group is not None:
-            group.remove()  # best effort: a supervisor still in it leaves it to the sweep
-        raise
-    finally:
-        _spawner.refill_soon(owner)  # after the spawn, so the fork never competes with it
-        if stale is not None:
-            stale.remove()  # the supervisor left it before starting the program
-    child = SupervisedChild(pid, supervisor_pid, host_control, pipes)
-    child.group = group
-    child.take_reports(early)
-    return child
-
-
-def _owned_files(spec: SpawnSpec) -> dict[bytes, bytes] | None:
-    """The files the supervisor writes into the owned dir it creates (None: it creates none)."""
-    if spec.owned_files is None:
-        return None
-    return {os.fsencode(name): content for name, content in spec.owned_files.items()}
-
-
-def _open_stdio(spec: SpawnSpec, pipes: dict[str, int], sources: list[int]) -> list[int | None]:
-    """The child's stdio layout: an index into ``sources`` per slot, or None for /dev/null."""
-    layout: list[int | None] = []
-    stdin_mode = "ignore" if spec.stdin == "ignore" else "pipe"
-    for index, mode in enumerate((stdin_mode, spec.stdout, spec.stderr)):
-        source = _stdio_source(mode, index, pipes)
-        if source is None:
-            layout.append(None)
-        else:
-            layout.append(len(sources))
-            sources.append(source)
-    return layout
-
-
-def _close_all(fds: list[int]) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-
-
 def _send_frame(sock: socket.socket, payload: bytes, fds: list[int]) -> None:
     frame = _HEADER.pack(len(payload)) + payload
     rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
     sent = sock.sendmsg([frame], rights)
     if sent < len(frame):
         sock.sendall(frame[sent:])
-
-
-def _await_start(control: socket.socket, cwd: str | None) -> tuple[int, int, bytes]:
-    """The supervisor's first report, and whatever later reports came with it."""
-    received = b""
-    deadline = time.monotonic() + _START_TIMEOUT_S
-    while b"\n" not in received:
-        remaining = deadline - time.monotonic()
-        readable, _, _ = select.select([control], [], [], max(0.0, remaining))
-        chunk = control.recv(_REPORT_SIZE) if readable else b""
-        if not chunk:
-            break
-        received += chunk
-    report, _, rest = received.partition(b"\n")
-    if report.startswith(b"S "):
-        pid, supervisor_pid = (int(part) for part in report[2:].split())
-        return pid, supervisor_pid, rest
-    if report.startswith(b"F "):
-        stage, _, code = report[2:].partition(b" ")
-        number = int(code or 0) or 0
-        if stage == b"cgroup":
-            raise GroupJoinFailed(os.strerror(number) if number else "cgroup join failed")
-        if stage == b"dir":
-            raise OwnedDirFailed(number, os.strerror(number) if number else "owned_dir failed")
-        message = os.strerror(number) if number else "spawn failed"
-        raise OSError(number, message, cwd if stage == b"cwd" else None)
-    raise SpawnerUnavailable("spawner gave no answer")
 
 
 def _reset_after_fork() -> None:

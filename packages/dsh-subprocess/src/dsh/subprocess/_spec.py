@@ -98,7 +98,8 @@ class SpawnSpec:
     ``owned_files`` asks the spawn to create ``owned_dir`` (mode 0700; it must not exist yet) and
     write these files into it (plain names to contents, each read-only, mode 0400) just before the
     program starts: in the supervisor where there is one, so the host's process does no filesystem
-    work for the dir at all. ``None`` (the default) means the caller made the dir.
+    work for the dir at all; if anything is at the path already, the spawn fails and leaves it
+    alone. ``None`` (the default) means the caller made the dir.
     """
 
     argv: Sequence[str]
