@@ -7,6 +7,7 @@ is the one taken (and checks that it was).
 from __future__ import annotations
 
 import asyncio
+import functools
 import sys
 import time
 import uuid
@@ -69,16 +70,18 @@ async def _standby_waiting(runtime: SubprocessRuntime) -> None:
 
 @pytest.fixture
 def worker_spawns(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The spawns handed to a worker thread (each still runs)."""
+    """The spawns handed to a worker thread, from either module that hands them (each runs)."""
     seen: list[Any] = []
     real = workers_module.submit
 
     def recorded(func: Any, *args: Any) -> Any:
-        if func is process_module._spawn_child:
-            seen.append(args)
+        target = func.func if isinstance(func, functools.partial) else func
+        if target is process_module._spawn_child:
+            seen.append(func)
         return real(func, *args)
 
     monkeypatch.setattr(process_module, "submit", recorded)
+    monkeypatch.setattr(loop_start_module, "submit", recorded)
     return seen
 
 
@@ -119,6 +122,8 @@ async def test_cancelled_while_awaiting_the_start_report_leaves_nothing(
     with pytest.raises(asyncio.CancelledError):
         await spawning
     assert _carrying(token) == []  # the program the supervisor started is already gone
+    await asyncio.sleep(0.5)
+    assert _carrying(token) == []  # and nothing starts late: that start was taken down
     assert runtime.live == ()
 
 
