@@ -272,3 +272,32 @@ async def test_standby_supervisors_are_refilled_by_one_thread(
             return len(spawner._standby) == spawner_module._STANDBY
 
     assert await _until(refilled)
+
+
+async def test_a_tree_that_ends_with_its_program_is_reported_in_one_write(
+    runtime: SubprocessRuntime, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    chunks: list[bytes] = []
+    real = spawner_module.SupervisedChild.take_reports
+
+    def recorded(self: spawner_module.SupervisedChild, data: bytes) -> None:
+        chunks.append(data)
+        real(self, data)
+
+    monkeypatch.setattr(spawner_module.SupervisedChild, "take_reports", recorded)
+    # It runs a moment, so the start report is read on its own and the host is idle at the exit;
+    # its owned dir takes the supervisor a while to remove between the exit and the tree's end.
+    owned = tmp_path / "owned"
+    owned.mkdir()
+    for index in range(500):
+        (owned / str(index)).write_bytes(b"x")
+    code = "import time; time.sleep(0.3)"
+    proc = await runtime.spawn(SpawnSpec([sys.executable, "-c", code], owned_dir=owned))
+    assert (await proc.wait()).exit_code == 0
+    await proc.aclose()
+    supervisor = proc._supervised
+    assert supervisor is not None
+    assert supervisor.empty
+    # The exit status and the end of the tree came together: the host woke once for both.
+    assert any(b"X " in chunk and chunk.endswith(b"E\n") for chunk in chunks), chunks
+    assert not owned.exists()

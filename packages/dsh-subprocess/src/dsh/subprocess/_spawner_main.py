@@ -325,13 +325,18 @@ def _supervise(ctl: socket.socket, standby_groups: object) -> None:
     exited = False
     while True:
         status, left = _reap(pid)
+        exit_report = b""
         if status is not None:
             exited = True
-            _send(ctl, b"X %d\n" % status)
+            exit_report = b"X %d\n" % status
+            if left:
+                _send(ctl, exit_report)
+                exit_report = b""
         if exited and not left:
             _remove_owned(request.get("remove"))
             dropped = _drop_run_groups(request.get("drop"))
-            _send(ctl, b"G\nE\n" if dropped else b"E\n")
+            # One write when the tree ended with the program: one wake-up of the host, not two.
+            _send(ctl, exit_report + (b"G\nE\n" if dropped else b"E\n"))
             os._exit(0)
         if killing_since is not None:
             _signal_all(_descendants(me), signal.SIGKILL, None)
