@@ -70,7 +70,7 @@ async def _standby_waiting(runtime: SubprocessRuntime) -> None:
 
 @pytest.fixture
 def worker_spawns(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The spawns handed to a worker thread, from either module that hands them (each runs)."""
+    """The spawns handed to a worker thread, directly or through ``offload`` (each still runs)."""
     seen: list[Any] = []
     real = workers_module.submit
 
@@ -81,7 +81,7 @@ def worker_spawns(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         return real(func, *args)
 
     monkeypatch.setattr(process_module, "submit", recorded)
-    monkeypatch.setattr(loop_start_module, "submit", recorded)
+    monkeypatch.setattr(workers_module, "submit", recorded)  # what offload() calls
     return seen
 
 

@@ -15,7 +15,6 @@ import logging
 import socket
 import subprocess
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import TypeAlias
 
 from dsh.subprocess._spawner import (
@@ -32,7 +31,7 @@ from dsh.subprocess._start_request import (
     send_request,
     take_waiting_standby,
 )
-from dsh.subprocess._workers import submit
+from dsh.subprocess._workers import offload
 
 __all__ = ["Started", "start_on_loop"]
 
@@ -130,23 +129,18 @@ class _StartReader:
         except (GroupJoinFailed, SpawnerUnavailable):
             _log.debug("supervised start from the loop failed; retrying", exc_info=True)
             sent.abandon()
-            _chain(self._loop, submit(self._fallback), future)
-        except OSError as exc:
-            sent.abandon()
-            future.set_exception(exc)
-        except Exception as exc:  # a malformed report: nothing is known to run
+            _settle_from(future, offload(self._fallback))
+        except Exception as exc:  # the program could not start, or a malformed report
             sent.abandon()
             future.set_exception(exc)
         else:
             future.set_result(sent.child(pid, supervisor_pid, early))
 
 
-def _chain(
-    loop: asyncio.AbstractEventLoop, job: Future[Started], future: asyncio.Future[Started]
-) -> None:
-    """Settle the loop's ``future`` with the worker-thread ``job``'s outcome."""
+def _settle_from(future: asyncio.Future[Started], source: asyncio.Future[Started]) -> None:
+    """Settle ``future`` with ``source``'s outcome once it has one (both on this loop)."""
 
-    def copy(done: Future[Started]) -> None:
+    def copy(done: asyncio.Future[Started]) -> None:
         if future.done():
             return
         error = done.exception()
@@ -155,8 +149,4 @@ def _chain(
         else:
             future.set_result(done.result())
 
-    def call_back(done: Future[Started]) -> None:
-        if not loop.is_closed():
-            loop.call_soon_threadsafe(copy, done)
-
-    job.add_done_callback(call_back)
+    source.add_done_callback(copy)
