@@ -288,6 +288,10 @@ async def test_groups_of_a_host_killed_with_its_machinery_are_swept(
         supervisor = psutil.Process(int(child)).ppid()
         spawner = psutil.Process(supervisor).ppid()
         assert psutil.Process(spawner).ppid() == host.pid, "host, spawner, supervisor"
+        # Stopped first, so none of them can react to another's death (a supervisor that sees
+        # its host gone kills its tree): "at once", whatever order the kills land in.
+        for pid in (host.pid, spawner, supervisor):
+            os.kill(pid, signal.SIGSTOP)
         for pid in (host.pid, spawner, supervisor):
             os.kill(pid, signal.SIGKILL)
         await host.wait()
