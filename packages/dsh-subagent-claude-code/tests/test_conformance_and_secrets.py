@@ -105,6 +105,25 @@ async def test_canary_never_reaches_results_messages_or_logs(
         assert CANARY.encode() not in req.raw_body.replace(f"claude-{CANARY}".encode(), b"")
 
 
+async def test_discarded_product_stderr_reaches_no_fd_of_the_host(
+    server: FakeMessagesServer,
+    make_provider: Any,
+    make_request: Any,
+    workspace: Path,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # An unknown model id makes the CLI print it on stderr (the forwarding case above sees it).
+    server.queue_http_error(401, "invalid key")
+    provider = make_provider(model=f"claude-{CANARY}", stderr="discard")
+    run = await provider.start(make_request("task", workspace))
+    result = await run.result()
+    await run.aclose()
+    assert result.stop_reason == StopReason.ERROR, "the run never reached the model's refusal"
+    captured = capfd.readouterr()
+    assert CANARY not in captured.err
+    assert CANARY not in captured.out
+
+
 _CHILD = """
 import asyncio, sys
 from dsh.subagent import Descriptor, Parent, ProductFailure, ResolvedStartRequest, TextBlock

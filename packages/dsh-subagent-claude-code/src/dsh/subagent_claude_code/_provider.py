@@ -141,7 +141,9 @@ class ClaudeCodeProvider(ProviderBase[ClaudeCodeProviderConfig]):
             env={**env, **run_dir_overlay(tmp_dir, env_file), **private},
             stdin="pipe",
             stdout="pipe",
-            stderr="pipe",
+            # As the SDK's own transport does: the CLI writes to the host's fd 2 itself (or to
+            # the null device), so the host never reads, relays or wakes up for product stderr.
+            stderr="inherit" if self.config.stderr == "forward" else "ignore",
             grace_ms=self.config.dispose_grace_ms,
             nice=self.config.nice,
             limits=Limits.of(self.config),

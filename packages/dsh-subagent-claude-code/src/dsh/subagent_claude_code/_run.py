@@ -92,7 +92,6 @@ class ClaudeCodeRun:
         self._transport = DshTransport(
             spec,
             runtime,
-            stderr=config.stderr,
             on_control=self._on_control,
             on_spawned=self._on_spawned,
             on_prompt_sent=self._on_prompt_sent,

@@ -6,9 +6,8 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Literal
+from typing import Any
 
 from claude_agent_sdk import CLIConnectionError, CLIJSONDecodeError, ProcessError, Transport
 
@@ -63,14 +62,12 @@ class DshTransport(Transport):
         spec: SpawnSpec,
         runtime: SubprocessRuntime,
         *,
-        stderr: Literal["forward", "discard"],
         on_control: ControlHandler,
         on_spawned: Callable[[ManagedProcess], None],
         on_prompt_sent: Callable[[], None],
     ) -> None:
         self._spec = spec
         self._runtime = runtime
-        self._stderr_mode = stderr
         self._on_control = on_control
         self._on_spawned = on_spawned
         self._on_prompt_sent = on_prompt_sent
@@ -81,7 +78,6 @@ class DshTransport(Transport):
         self._stdin_closed = False
         self._stopped_by_us = False
         self._prompt_sent = False
-        self._stderr_task: asyncio.Task[None] | None = None
         self._eof_task: asyncio.Task[None] | None = None
         self._closed = False
         self._closing = CloseOnce()
@@ -119,10 +115,7 @@ class DshTransport(Transport):
         process = await self._runtime.spawn(self._spec)
         self.process = process
         self._ready = True
-        loop = asyncio.get_running_loop()
-        if process.stderr is not None:
-            self._stderr_task = loop.create_task(self._drain_stderr(process.stderr))
-        self._eof_task = loop.create_task(self._eof_after_exit(process))
+        self._eof_task = asyncio.get_running_loop().create_task(self._eof_after_exit(process))
         self._on_spawned(process)
 
     async def write(self, data: str) -> None:
@@ -299,13 +292,6 @@ class DshTransport(Transport):
             await self.write(json.dumps(response) + "\n")
         return True
 
-    async def _drain_stderr(self, stream: asyncio.StreamReader) -> None:
-        forward = self._stderr_mode == "forward"
-        while chunk := await stream.read(65536):
-            if forward:
-                with contextlib.suppress(OSError):
-                    os.write(2, chunk)
-
     async def _eof_after_exit(self, process: ManagedProcess) -> None:
         await process.wait()
         await asyncio.sleep(_EOF_AFTER_EXIT_S)
@@ -313,12 +299,10 @@ class DshTransport(Transport):
             process.stdout.feed_eof()
 
     async def _stop_tasks(self) -> None:
-        tasks = [t for t in (self._stderr_task, self._eof_task) if t is not None]
-        for task in tasks:
-            if not task.done():
-                task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        task = self._eof_task
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
 
 def _is_user_message(data: str) -> bool:
