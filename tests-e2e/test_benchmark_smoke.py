@@ -98,3 +98,22 @@ async def test_user_method_writes_a_complete_report(tmp_path: Path) -> None:
         assert codex[f"{metric}_ratio_median_of_rounds"] == pytest.approx(ratio, rel=0.01)
     for side in ("dsh", "sdk"):
         assert codex["samples_ms"][side] == [[codex[f"{side}_e2e_ms"], codex[f"{side}_cpu_ms"]]]
+
+
+@pytest.mark.real_product
+@pytest.mark.timeout(120)
+async def test_user_method_measures_claude_code_against_both_sdk_sides(tmp_path: Path) -> None:
+    args = ("--method", "user", "--rounds", "1", "--warmup", "0", "--products", "claude-code")
+    report = await _run_script(*args, out=tmp_path / "user.json")
+    claude = report["products"]["claude-code"]
+    assert (claude["errors"], claude["late_tree_exits"], claude["n"]) == ([], [], 1)
+    assert report["meta"]["leftover_marked_processes"] == []
+    for side in ("dsh", "sdk", "sdk_stream"):
+        sample = [claude[f"{side}_e2e_ms"], claude[f"{side}_cpu_ms"]]
+        assert all(value > 0 for value in sample), side
+        assert claude["samples_ms"][side] == [sample]
+    for metric in ("e2e", "cpu"):
+        dsh = claude[f"dsh_{metric}_ms"]
+        for suffix, side in (("", "sdk"), ("_to_sdk_stream", "sdk_stream")):
+            expected = dsh / claude[f"{side}_{metric}_ms"]
+            assert claude[f"{metric}_ratio{suffix}_of_medians"] == pytest.approx(expected, rel=0.02)

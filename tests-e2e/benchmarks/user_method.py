@@ -5,10 +5,10 @@ Run: ``uv run python tests-e2e/benchmarks/run.py --method user [--rounds N] [--p
 unchanged.
 
 One process, against the same loopback model servers as the paired mode (``model_servers.py``,
-a separate process). Each round takes, for each product in turn, one dsh delegation and one
-official-SDK delegation, one at a time with no pause: dsh first on even rounds, the SDK first on
-odd ones. ``--warmup`` rounds (default 1) come first and are not recorded. Nothing is reused
-between delegations:
+a separate process). Each round takes, for each product in turn, one delegation per side (dsh, the
+official SDK, and for Claude Code the SDK with dsh's activity stream, below), one at a time with
+no pause, in an order that rotates from round to round. ``--warmup`` rounds (default 1) come
+first and are not recorded. Nothing is reused between delegations:
 
 - dsh: a fresh ``SubagentService`` (``async with``), a fresh provider with its **default
   configuration** plus the env that points the product at the loopback model (the ``testing``
@@ -22,6 +22,11 @@ between delegations:
   ``ClaudeAgentOptions(cwd, env)`` only. Its env also names a private ``TMPDIR`` in the
   delegation's directory (dsh gives its product one by default; this keeps the SDK's scratch files
   out of ``/tmp``).
+- for Claude Code, a third side, *the SDK with dsh's activity stream*: the same call with
+  ``include_partial_messages=True``. dsh asks the CLI for that stream on every run (one
+  ``stream_event`` line per model SSE event: the activity the caller's stall limit reads,
+  docs/liveness.md); the SDK's default does not, so its default side reads fewer lines. This side
+  shows what the stream itself costs, measured in the same rounds.
 - a fresh product home per delegation on both sides (Codex: a new ``CODEX_HOME`` written by
   ``write_codex_home``; Claude Code: a new ``HOME`` and ``CLAUDE_CONFIG_DIR``) and a fresh
   workspace. Writing them is outside every figure.
@@ -40,8 +45,9 @@ Figures per delegation:
   window, usually the SDK's. The model servers' CPU is in their own process and never counted;
   they are started outside dsh (``run.Helper``), so no scan of theirs runs in this process.
 
-Per product: the medians of both, the median of per-round ratios dsh / SDK (a round's two
-delegations see the same machine, which cancels slow drift) and the ratio of medians. After every
+Per product: the medians of each side, the median of per-round ratios dsh / SDK (a round's
+delegations see the same machine, which cancels slow drift) and the ratio of medians; the order
+of the sides rotates from round to round. After every
 dsh delegation the script checks independently that no process carrying the run's tree marker is
 left (run.py's ``_verify_gone``; a tree still there after 5 s is killed and reported).
 """
@@ -82,6 +88,8 @@ __all__ = ["failed", "run_user"]
 
 TASK = "BENCH-E2E answer please"
 Measured = tuple[float, float]  # (end-to-end wall s, parent CPU s)
+SIDES = {"codex": ("dsh", "sdk"), "claude-code": ("dsh", "sdk", "sdk_stream")}
+"""Each product's sides; ``sdk_stream``: the Claude SDK with dsh's activity stream."""
 
 
 class _Delegations:
@@ -145,7 +153,12 @@ class _Delegations:
             raise RuntimeError(f"dsh run ended {result.stop_reason}: {result.diagnostic}")
         return wall, cpu
 
-    async def sdk(self) -> Measured:
+    async def measure(self, side: str) -> Measured:
+        if side == "dsh":
+            return await self.dsh()
+        return await self.sdk(stream=side == "sdk_stream")
+
+    async def sdk(self, *, stream: bool = False) -> Measured:
         workspace, env = self._fresh("sdk")
         if self.product == "codex":
             cpu0 = time.process_time()
@@ -156,7 +169,9 @@ class _Delegations:
             tmp = workspace.parent / "tmp"
             tmp.mkdir()
             env = {**env, "TMPDIR": str(tmp), "CLAUDE_CODE_TMPDIR": str(tmp)}
-            options = sdk.ClaudeAgentOptions(cwd=str(workspace), env=env)
+            options = sdk.ClaudeAgentOptions(
+                cwd=str(workspace), env=env, include_partial_messages=stream
+            )
             text = ""
             cpu0 = time.process_time()
             began = time.perf_counter()
@@ -183,33 +198,31 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000, 1)
 
 
-def _figures(pairs: list[tuple[Measured, Measured]]) -> dict[str, Any]:
-    if not pairs:
+def _figures(rounds: list[dict[str, Measured]], sides: tuple[str, ...]) -> dict[str, Any]:
+    """Medians per side, and dsh's ratios to each SDK side (``sdk``: the plain key names)."""
+    if not rounds:
         return {"n": 0}
-    dsh = [d for d, _ in pairs]
-    sdk = [s for _, s in pairs]
 
-    def median(values: list[Measured], index: int) -> float:
-        return statistics.median(v[index] for v in values)
+    def median(side: str, index: int) -> float:
+        return statistics.median(r[side][index] for r in rounds)
 
-    def ratios(index: int) -> float:
-        return statistics.median(d[index] / s[index] for d, s in pairs if s[index] > 0)
-
-    return {
-        "n": len(pairs),
-        "dsh_e2e_ms": _ms(median(dsh, 0)),
-        "sdk_e2e_ms": _ms(median(sdk, 0)),
-        "e2e_ratio_median_of_rounds": round(ratios(0), 3),
-        "e2e_ratio_of_medians": round(median(dsh, 0) / median(sdk, 0), 3),
-        "dsh_cpu_ms": _ms(median(dsh, 1)),
-        "sdk_cpu_ms": _ms(median(sdk, 1)),
-        "cpu_ratio_median_of_rounds": round(ratios(1), 3),
-        "cpu_ratio_of_medians": round(median(dsh, 1) / median(sdk, 1), 3),
-        "samples_ms": {  # per recorded round, in order: [end-to-end wall, parent CPU]
-            "dsh": [[_ms(w), _ms(c)] for w, c in dsh],
-            "sdk": [[_ms(w), _ms(c)] for w, c in sdk],
-        },
+    figures: dict[str, Any] = {"n": len(rounds)}
+    for side in sides:
+        figures[f"{side}_e2e_ms"] = _ms(median(side, 0))
+        figures[f"{side}_cpu_ms"] = _ms(median(side, 1))
+    for side in sides[1:]:
+        suffix = "" if side == "sdk" else f"_to_{side}"
+        for index, metric in enumerate(("e2e", "cpu")):
+            per_round = [r["dsh"][index] / r[side][index] for r in rounds if r[side][index] > 0]
+            of_rounds = statistics.median(per_round)
+            of_medians = median("dsh", index) / median(side, index)
+            figures[f"{metric}_ratio{suffix}_median_of_rounds"] = round(of_rounds, 3)
+            figures[f"{metric}_ratio{suffix}_of_medians"] = round(of_medians, 3)
+    # per recorded round, in order: [end-to-end wall, parent CPU]
+    figures["samples_ms"] = {
+        side: [[_ms(r[side][0]), _ms(r[side][1])] for r in rounds] for side in sides
     }
+    return figures
 
 
 async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
@@ -220,23 +233,22 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     overrides = {"nice": args.nice} if args.nice_given else {}
     servers = await ModelServers.start()
     sides = {p: _Delegations(p, servers, root, overrides, args.cpu_settle) for p in args.products}
-    pairs: dict[str, list[tuple[Measured, Measured]]] = {p: [] for p in args.products}
+    rounds: dict[str, list[dict[str, Measured]]] = {p: [] for p in args.products}
     errors: dict[str, list[str]] = {p: [] for p in args.products}
     try:
         for round_no in range(args.warmup + args.rounds):
             for product, side in sides.items():
+                names = SIDES[product]
+                shift = round_no % len(names)  # dsh first on round 0, then each side in turn
+                measured: dict[str, Measured] = {}
                 try:
-                    if round_no % 2 == 0:
-                        dsh = await side.dsh()
-                        sdk = await side.sdk()
-                    else:
-                        sdk = await side.sdk()
-                        dsh = await side.dsh()
+                    for name in names[shift:] + names[:shift]:
+                        measured[name] = await side.measure(name)
                 except Exception as exc:
                     errors[product].append(f"round {round_no}: {exc!r}"[:300])
                     continue
                 if round_no >= args.warmup:
-                    pairs[product].append((dsh, sdk))
+                    rounds[product].append(measured)
             print(
                 f"round {round_no + 1}/{args.warmup + args.rounds}"
                 f"{' (warm-up)' if round_no < args.warmup else ''} done",
@@ -262,7 +274,7 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         },
         "products": {
             product: {
-                **_figures(pairs[product]),
+                **_figures(rounds[product], SIDES[product]),
                 "late_tree_exits": sides[product].late_exits,
                 "errors": errors[product],
             }
@@ -295,6 +307,14 @@ def _print(report: dict[str, Any]) -> None:
             f"ratio of medians {f['cpu_ratio_of_medians']}x, "
             f"median of per-round ratios {f['cpu_ratio_median_of_rounds']}x"
         )
+        if "sdk_stream_e2e_ms" in f:
+            print(
+                f"  {product}: against the SDK with dsh's activity stream "
+                f"(include_partial_messages): end to end {f['sdk_stream_e2e_ms']} ms, dsh / it "
+                f"{f['e2e_ratio_to_sdk_stream_median_of_rounds']}x; parent CPU "
+                f"{f['sdk_stream_cpu_ms']} ms, dsh / it "
+                f"{f['cpu_ratio_to_sdk_stream_median_of_rounds']}x (median of per-round ratios)"
+            )
     if meta["leftover_marked_processes"] or meta["leftover_children"]:
         print(
             f"  LEFTOVERS: marked {meta['leftover_marked_processes']}, "
