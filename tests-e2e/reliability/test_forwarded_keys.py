@@ -86,6 +86,11 @@ async def test_claude_code_tool_never_sees_a_forwarded_key(
     run_dirs = tmp_path / "run-dirs"
     run_dirs.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(run_dirs))
+    # Without a private TMPDIR the CLI writes its scratch (``claude-<uid>/``) under the ambient
+    # one, which the run does not own: point that at the test's own dir, not the machine's /tmp.
+    ambient_tmp = tmp_path / "ambient-tmp"
+    ambient_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(ambient_tmp))
     key = _canary()
     monkeypatch.setenv("ANTHROPIC_API_KEY", key)
     monkeypatch.setenv("FORWARDED_EXTRA", key)
@@ -115,6 +120,11 @@ async def test_claude_code_tool_never_sees_a_forwarded_key(
         "ANTHROPIC_API_KEY was forwarded by default and used as the product's own auth header"
     )
     assert list(run_dirs.iterdir()) == [], "the run's dir is removed with the run"
+    scratch = [p.name for p in ambient_tmp.iterdir()]
+    if private_tmp:
+        assert scratch == [], "a private TMPDIR keeps the product out of the ambient one"
+    else:
+        assert any(name.startswith("claude-") for name in scratch), scratch
 
 
 SHOW_PLAIN = 'echo "plain=${AMBIENT_PLAIN:-unset} path=${PATH:+set}"'
