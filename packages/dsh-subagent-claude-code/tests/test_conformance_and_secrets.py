@@ -124,6 +124,28 @@ async def test_discarded_product_stderr_reaches_no_fd_of_the_host(
     assert CANARY not in captured.out
 
 
+def _stderr_of(pid: str) -> Path:
+    return Path(f"/proc/{pid}/fd/2").readlink()
+
+
+@pytest.mark.parametrize("mode", ["forward", "discard"])
+async def test_the_cli_writes_its_stderr_itself_and_the_host_holds_no_pipe_of_it(
+    server: FakeMessagesServer, make_provider: Any, make_request: Any, workspace: Path, mode: str
+) -> None:
+    server.queue_stall()  # keeps the CLI alive, mid-request, while its fds are read
+    run = await make_provider(stderr=mode).start(make_request("task", workspace))
+    try:
+        process = run._transport.process
+        assert process is not None
+        assert process.outcome is None, "the CLI was not alive"
+        expected = _stderr_of("self") if mode == "forward" else Path(os.devnull)
+        assert _stderr_of(str(process.pid)) == expected
+        assert process.stderr is None
+    finally:
+        server.release_stalls()
+        await run.aclose()
+
+
 _CHILD = """
 import asyncio, sys
 from dsh.subagent import Descriptor, Parent, ProductFailure, ResolvedStartRequest, TextBlock
