@@ -1,17 +1,29 @@
-"""dsh.jobs: the background Job registry.
+"""dsh.jobs: the background Job registry and its store.
 
-Jobs have per-kind ids (``subagent-1``), settle once (``completed``, ``killed`` or ``failed``),
-are fenced by their owner's ``session_id`` and are admitted up to a per-owner limit. Where a
-job's work runs is its registry's :class:`Executor` (in this process by default; on a Ray
-cluster with the ``[ray]`` extra). The model-visible job tools live in :mod:`dsh.jobs.tools`;
-errors in :mod:`dsh.jobs.errors`.
+Jobs have random ids (``subagent-3f9a0c12be47``), settle once (``completed``, ``killed`` or
+``failed``), are fenced by their owner's ``session_id`` and are admitted up to a per-owner
+limit. Their records live in a :class:`JobStore` (the OS user's SQLite file by default), so they
+outlive the process that ran them. Where a job's work runs is its registry's :class:`Executor`
+(in this process by default; on a Ray cluster with the ``[ray]`` extra). The model-visible job
+tools live in :mod:`dsh.jobs.tools`; errors in :mod:`dsh.jobs.errors`.
 """
 
 from importlib import metadata as _metadata
 
 from dsh.jobs._executor import Executor, JobStarted, JobWork, LocalExecutor, PortableWork
 from dsh.jobs._executor_choice import RAY_EXTRA_HINT, executor_for
-from dsh.jobs._registry import JobRegistry, attach_job_meta, current_job_id
+from dsh.jobs._holder import Holder
+from dsh.jobs._registry import (
+    JobOverview,
+    JobRegistry,
+    attach_job_meta,
+    current_job_id,
+    detach_requested,
+    snapshot_of,
+)
+from dsh.jobs._sqlite_store import SqliteJobStore
+from dsh.jobs._store import HOLDER_GONE_DETAIL, JobRecord, JobStore, MemoryJobStore, RecordFilter
+from dsh.jobs._store_choice import MEMORY_STORE, default_store_path, store_for, store_path
 from dsh.jobs._types import (
     MAX_RUNS_PER_NODE,
     TERMINAL_STATUSES,
@@ -31,24 +43,38 @@ except _metadata.PackageNotFoundError:  # imported from a source tree that is no
     __version__ = "0+unknown"
 
 __all__ = [
+    "HOLDER_GONE_DETAIL",
     "MAX_RUNS_PER_NODE",
+    "MEMORY_STORE",
     "RAY_EXTRA_HINT",
     "TERMINAL_STATUSES",
     "Executor",
+    "Holder",
     "JobDone",
     "JobOutcome",
+    "JobOverview",
     "JobOwner",
+    "JobRecord",
     "JobRegistry",
     "JobSnapshot",
     "JobStarted",
     "JobStatus",
+    "JobStore",
     "JobWork",
     "JobsConfig",
     "LocalExecutor",
+    "MemoryJobStore",
     "PortableWork",
+    "RecordFilter",
+    "SqliteJobStore",
     "attach_job_meta",
     "completion_notice",
     "current_job_id",
+    "default_store_path",
+    "detach_requested",
     "executor_for",
+    "snapshot_of",
     "status_line",
+    "store_for",
+    "store_path",
 ]

@@ -50,6 +50,15 @@ class PortableWork:
         if not same:
             raise ValueError("PortableWork.arguments must be plain JSON values")
 
+    def to_json(self) -> str:
+        """The work as one JSON text (what a job's record keeps for a detached worker)."""
+        return json.dumps({"target": self.target, "arguments": dict(self.arguments)})
+
+    @classmethod
+    def from_json(cls, text: str) -> PortableWork:
+        data = json.loads(text)
+        return cls(target=data["target"], arguments=data["arguments"])
+
     async def __call__(self) -> JobOutcome:
         function = resolve(self.target)
         outcome = await function(**self.arguments)
@@ -93,6 +102,11 @@ class Executor(ABC):
     queues: ClassVar[bool] = False
     #: The profile's name of this executor (``[jobs] executor``).
     name: ClassVar[str]
+    #: Each work runs in a process of its own that outlives a cancelled :meth:`execute` when
+    #: :func:`~dsh.jobs.detach_requested` says so (the job is let go, not killed).
+    detaches: ClassVar[bool] = False
+    #: The work runs from the job's record (the registry stores it as JSON at start).
+    runs_from_store: ClassVar[bool] = False
 
     @abstractmethod
     async def execute(self, work: JobWork, started: JobStarted) -> JobOutcome:

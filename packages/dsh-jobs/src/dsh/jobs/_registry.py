@@ -1,19 +1,32 @@
-"""The job registry: ids, states, owners, admission, waits, kill, close and done listeners."""
+"""The job registry: ids, states, owners, admission, waits, kill, close and done listeners.
+
+A job's record lives in the registry's :class:`~dsh.jobs._store.JobStore`; the registry keeps in
+memory only what runs here (a live job's task and waiters) and a settled job until its record
+is durable. Every read that misses memory goes to the store, so a job started by another
+process (a detached run, an earlier session of the same owner) reads the same way.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import logging
 import math
+import secrets
+import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from dsh.jobs._executor import Executor, JobWork, PortableWork
 from dsh.jobs._executor_choice import executor_for
+from dsh.jobs._holder import this_process
+from dsh.jobs._sqlite_store import SqliteJobStore
+from dsh.jobs._store import JobRecord, JobStore, RecordFilter
+from dsh.jobs._store_choice import store_for
 from dsh.jobs._types import (
     JobDone,
     JobOutcome,
@@ -32,11 +45,24 @@ from dsh.jobs.errors import (
     UnknownJobError,
 )
 
-__all__ = ["JobRegistry", "JobWork", "attach_job_meta", "current_job_id"]
+__all__ = [
+    "JobOverview",
+    "JobRegistry",
+    "JobWork",
+    "attach_job_meta",
+    "current_job_id",
+    "detach_requested",
+    "snapshot_of",
+]
 
 logger = logging.getLogger("dsh.jobs")
 
 JobDoneListener = Callable[[JobDone], object]
+
+#: How often a wait on a job that another process holds reads the store again.
+REMOTE_POLL_S = 0.2
+#: The reason recorded when another process (``dsh jobs kill``) stopped a job held here.
+OUTSIDE_KILL_REASON = "stopped by dsh jobs kill"
 
 
 @dataclass(eq=False)
@@ -45,35 +71,72 @@ class _Job:
     kind: str
     label: str
     owner_session: str | None
-    started_at: datetime
+    started_at: float
+    origin: str
     status: JobStatus = JobStatus.RUNNING
     detail: str | None = None
     output: str = ""
-    finished_at: datetime | None = None
+    finished_at: float | None = None
     reported: bool = False
     kill_requested: bool = False
     kill_reason: str | None = None
+    detached: bool = False
     waiters: int = 0
     noticed: bool = False
+    #: ``(reported, noticed)`` as the settlement wrote them.
+    settled_flags: tuple[bool, bool] | None = None
     where: str | None = None
     meta: Mapping[str, Any] | None = None
     task: asyncio.Task[JobOutcome] | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def snapshot(self) -> JobSnapshot:
-        return JobSnapshot(
+    def record(self, work: str | None = None) -> JobRecord:
+        return JobRecord(
             id=self.id,
             kind=self.kind,
             label=self.label,
-            owner_session=self.owner_session,
+            owner=self.owner_session,
+            origin=self.origin,
             status=self.status,
-            detail=self.detail,
             started_at=self.started_at,
+            holder=this_process(),
+            detail=self.detail,
+            output=self.output,
             finished_at=self.finished_at,
             reported=self.reported,
+            noticed=self.noticed,
             where=self.where,
             meta=self.meta,
+            work=work,
         )
+
+
+def snapshot_of(record: JobRecord) -> JobSnapshot:
+    """A record as a :class:`JobSnapshot`."""
+    finished = record.finished_at
+    return JobSnapshot(
+        id=record.id,
+        kind=record.kind,
+        label=record.label,
+        owner_session=record.owner,
+        status=record.status,
+        detail=record.detail,
+        started_at=datetime.fromtimestamp(record.started_at, UTC),
+        finished_at=datetime.fromtimestamp(finished, UTC) if finished is not None else None,
+        reported=record.reported,
+        where=record.where,
+        meta=record.meta,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class JobOverview:
+    """What ``job_list`` shows: the owner's live jobs, its newest finished ones, and how many
+    finished ones are left out."""
+
+    live: list[JobSnapshot]
+    finished: list[JobSnapshot]
+    more: int
 
 
 _CURRENT_JOB: contextvars.ContextVar[_Job | None] = contextvars.ContextVar(
@@ -85,10 +148,18 @@ def current_job_id() -> str | None:
     """The id of the job whose work is running in this task (``None`` outside a job's work).
 
     Set where the registry runs the work, so work run in this process (``LocalExecutor``) sees
-    it; work an executor runs elsewhere does not.
+    it, and so does an executor's ``execute``; work an executor runs elsewhere does not.
     """
     job = _CURRENT_JOB.get()
     return job.id if job is not None else None
+
+
+def detach_requested() -> bool:
+    """Whether the job whose work runs in this task is being let go rather than killed
+    (:meth:`JobRegistry.detach_owner`): an executor whose work runs in a process of its own
+    then leaves that process running when it is cancelled."""
+    job = _CURRENT_JOB.get()
+    return job is not None and job.detached
 
 
 def attach_job_meta(meta: Mapping[str, Any]) -> bool:
@@ -121,6 +192,12 @@ def _joined(*parts: str | None) -> str | None:
     return "; ".join(p for p in parts if p) or None
 
 
+def _new_id(kind: str) -> str:
+    # 48 random bits: unique across processes in practice (the store's primary key catches the
+    # rest) and not enumerable by another owner.
+    return f"{kind}-{secrets.token_hex(6)}"
+
+
 class JobRegistry:
     """Owns background jobs. Use as ``async with JobRegistry() as jobs`` or call :meth:`aclose`.
 
@@ -128,18 +205,61 @@ class JobRegistry:
     so a job whose work tears a process tree down settles only after that tree is gone.
 
     ``executor`` runs each job's work (default: the one ``config.executor`` names, built by
-    :func:`~dsh.jobs.executor_for`); the registry closes it in :meth:`aclose`.
+    :func:`~dsh.jobs.executor_for`); the registry closes it in :meth:`aclose`. ``store`` keeps
+    the records (default: the one ``config.store`` names, opened at first use, or by
+    :meth:`open_store`); the registry closes it in :meth:`aclose`.
     """
 
     def __init__(
-        self, config: JobsConfig | None = None, *, executor: Executor | None = None
+        self,
+        config: JobsConfig | None = None,
+        *,
+        executor: Executor | None = None,
+        store: JobStore | None = None,
     ) -> None:
         self.config = config if config is not None else JobsConfig()
         self.executor = executor if executor is not None else executor_for(self.config)
+        self._store = store
+        self._origin = secrets.token_hex(8)
         self._jobs: dict[str, _Job] = {}
-        self._counters: dict[str, int] = {}
         self._listeners: list[JobDoneListener] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+
+    # -- the store --------------------------------------------------------------------------
+
+    def open_store(self) -> JobStore:
+        """The registry's store, opened now if it was not yet. Raises
+        :class:`~dsh.jobs.errors.JobStoreError` (naming the path) when it cannot be used."""
+        if self._store is None:
+            self._store = store_for(self.config)
+        store = self._store
+        if isinstance(store, SqliteJobStore) and store.kill_listener is None:
+            store.kill_holder = this_process()
+            store.holding = self._live_count
+            store.kill_listener = self._kills_from_outside
+        return store
+
+    @property
+    def store(self) -> JobStore:
+        return self.open_store()
+
+    def _live_count(self) -> int:
+        return sum(1 for job in list(self._jobs.values()) if not job.done.is_set())
+
+    def _kills_from_outside(self, ids: list[str]) -> None:
+        """Kill requests another process wrote for jobs held here (on the store's thread)."""
+        loop = self._loop
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(self._kill_ids, ids)
+
+    def _kill_ids(self, ids: list[str]) -> None:
+        for job_id in ids:
+            job = self._jobs.get(job_id)
+            if job is not None and not job.done.is_set():
+                self._request_kill(job, OUTSIDE_KILL_REASON)
 
     # -- starting ---------------------------------------------------------------------------
 
@@ -165,17 +285,25 @@ class JobRegistry:
                 f"the {self.executor.name} executor runs only portable work (a PortableWork)"
             )
         loop = asyncio.get_running_loop()
-        number = self._counters.get(kind, 0) + 1
+        store = self.open_store()
+        self._loop = loop
+        job_id = _new_id(kind)
+        while job_id in self._jobs:
+            job_id = _new_id(kind)
         job = _Job(
-            id=f"{kind}-{number}",
+            id=job_id,
             kind=kind,
             label=label,
             owner_session=session,
-            started_at=datetime.now(UTC),
+            started_at=time.time(),
+            origin=self._origin,
             status=JobStatus.QUEUED if self.executor.queues else JobStatus.RUNNING,
         )
+        stored_work = None
+        if self.executor.runs_from_store and isinstance(work, PortableWork):
+            stored_work = work.to_json()
+        store.insert(job.record(stored_work))
         task = loop.create_task(self._run(job, work), name=f"dsh.jobs:{job.id}")
-        self._counters[kind] = number
         job.task = task
         self._jobs[job.id] = job
         task.add_done_callback(functools.partial(self._on_task_done, job))
@@ -186,8 +314,14 @@ class JobRegistry:
 
         def started(where: str | None) -> None:
             job.where = where
+            changes: dict[str, Any] = {}
+            if where is not None:
+                changes["where"] = where
             if job.status is JobStatus.QUEUED:
                 job.status = JobStatus.RUNNING
+                changes["status"] = str(JobStatus.RUNNING)
+            if changes:
+                self.store.update(job.id, changes)
 
         outcome = await self.executor.execute(work, started)
         if not isinstance(outcome, JobOutcome):
@@ -226,14 +360,21 @@ class JobRegistry:
         self._settle(job, status, detail, output)
 
     def _settle(self, job: _Job, status: JobStatus, detail: str | None, output: str) -> None:
+        if job.detached:
+            # Let go, still running in a process of its own: that process settles the record.
+            job.done.set()
+            self._jobs.pop(job.id, None)
+            return
         job.status = status
         job.detail = detail or None
         job.output = output
-        job.finished_at = datetime.now(UTC)
+        job.finished_at = time.time()
         if job.waiters > 0:
             job.reported = True
         job.done.set()  # waiters are released before any listener runs
-        snapshot = job.snapshot()
+        job.settled_flags = (job.reported, job.noticed)
+        self.store.settle(job.record(), functools.partial(self._durable, job))
+        snapshot = snapshot_of(job.record())
         notice = None
         if not job.reported and job.owner_session is not None:
             notice = completion_notice(snapshot)
@@ -244,6 +385,24 @@ class JobRegistry:
             except Exception:
                 logger.warning("a job-done listener raised for job %s", job.id)
                 logger.debug("job-done listener failure", exc_info=True)
+
+    def _durable(self, job: _Job) -> None:
+        """The settled record is in the store: memory may let the job go (any thread)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            self._forget(job)
+            return
+        try:
+            loop.call_soon_threadsafe(self._forget, job)
+        except RuntimeError:
+            self._forget(job)
+
+    def _forget(self, job: _Job) -> None:
+        if self._jobs.get(job.id) is job:
+            del self._jobs[job.id]
+            if job.settled_flags != (job.reported, job.noticed):
+                # A read since the settlement follows the job into the store.
+                self.store.update(job.id, {"reported": job.reported, "noticed": job.noticed})
 
     # -- listeners --------------------------------------------------------------------------
 
@@ -263,77 +422,149 @@ class JobRegistry:
 
     def take_notices(self, caller: JobOwner | None) -> list[str]:
         """Pull form of the completion notices: one per settled, unreported job of ``caller``
-        not already taken here. ``JobDone.notice`` is the push form; a host uses one of the two.
+        that this registry ran, not already taken here. ``JobDone.notice`` is the push form; a
+        host uses one of the two.
 
         A host that delivers notices between model turns calls this; a job the model already
         read, waited to completion or killed by then yields none.
         """
         session = _session_of(caller)
+        if session is None:
+            return []
         notices = []
-        for job in self._jobs.values():
-            if (
-                job.done.is_set()
-                and session is not None
-                and job.owner_session == session
-                and not job.reported
-                and not job.noticed
-            ):
+        for record in self._records_of(session, live=False):
+            if record.origin != self._origin or record.reported or record.noticed:
+                continue
+            job = self._jobs.get(record.id)
+            if job is not None:
                 job.noticed = True
-                notices.append(completion_notice(job.snapshot()))
+            else:
+                self.store.update(record.id, {"noticed": True})
+            notices.append(completion_notice(snapshot_of(record)))
         return notices
 
     # -- access -----------------------------------------------------------------------------
 
-    def _access(self, job_id: str, caller: JobOwner | None) -> _Job:
+    def _stored(self, job_id: str) -> JobRecord | None:
+        record = self.store.get(job_id)
+        if record is None:
+            return None
+        return self.store.correct([record])[0]
+
+    def _find(self, job_id: str, caller: JobOwner | None) -> tuple[_Job | None, JobRecord]:
+        """The job in memory (if it is here) and its record; unknown and foreign both raise
+        an error whose text is ``unknown job <id>``."""
         job = self._jobs.get(job_id)
-        if job is None:
+        record = job.record() if job is not None else self._stored(job_id)
+        if record is None:
             raise UnknownJobError(job_id)
-        if job.owner_session is not None and job.owner_session != _session_of(caller):
+        session = _session_of(caller)
+        if record.owner is None:
+            if record.origin != self._origin:
+                raise ForeignJobError(job_id)
+        elif record.owner != session:
             raise ForeignJobError(job_id)
-        return job
+        return job, record
+
+    def _records_of(self, session: str | None, *, live: bool | None = None) -> list[JobRecord]:
+        """The session's records and the unowned ones this registry started, in start order:
+        the store's, with memory's newer copies of the jobs still here."""
+        where = RecordFilter(owner=session or "", origin=self._origin, live=live)
+        stored = {r.id: r for r in self.store.correct(self.store.newest(where, 1 << 30))}
+        for job in self._jobs.values():
+            if job.owner_session in (session, None):
+                record = job.record()
+                if live is None or live != record.terminal:
+                    stored[job.id] = record
+                else:
+                    stored.pop(job.id, None)
+        return sorted(stored.values(), key=lambda r: r.started_at)
 
     def list(self, caller: JobOwner | None) -> list[JobSnapshot]:
-        """The caller's jobs plus unowned ones, in start order."""
-        session = _session_of(caller)
-        return [
-            job.snapshot()
-            for job in self._jobs.values()
-            if job.owner_session is None or job.owner_session == session
-        ]
+        """The caller's jobs plus the unowned ones this registry started, in start order,
+        from every process that shares the store (up to its retention)."""
+        return [snapshot_of(r) for r in self._records_of(_session_of(caller))]
+
+    def overview(self, caller: JobOwner | None, finished_limit: int) -> JobOverview:
+        """The caller's live jobs (oldest first) and its ``finished_limit`` newest finished
+        ones (newest first), plus how many finished ones that leaves out; bounded reads."""
+        session = _session_of(caller) or ""
+        store = self.store
+        live_where = RecordFilter(owner=session, origin=self._origin, live=True)
+        live = {r.id: r for r in store.correct(store.newest(live_where, 1 << 16))}
+        finished_where = RecordFilter(owner=session, origin=self._origin, live=False)
+        finished = {r.id: r for r in store.newest(finished_where, finished_limit)}
+        total = store.count(finished_where)
+        for record in list(live.values()):
+            if record.terminal:  # its holder was gone: now finished
+                del live[record.id]
+                finished[record.id] = record
+                total += 1
+        for job in self._jobs.values():
+            if job.owner_session not in (_session_of(caller), None):
+                continue
+            record = job.record()
+            if record.terminal:
+                live.pop(job.id, None)
+                if job.id not in finished:
+                    total += 1
+                finished[job.id] = record
+            else:
+                live[job.id] = record
+        newest = sorted(finished.values(), key=lambda r: r.finished_at or 0.0, reverse=True)
+        return JobOverview(
+            live=[snapshot_of(r) for r in sorted(live.values(), key=lambda r: r.started_at)],
+            finished=[snapshot_of(r) for r in newest[:finished_limit]],
+            more=max(0, total - min(finished_limit, len(newest))),
+        )
 
     def get(self, job_id: str, caller: JobOwner | None) -> JobSnapshot:
-        return self._access(job_id, caller).snapshot()
+        return snapshot_of(self._find(job_id, caller)[1])
 
     def read(self, job_id: str, caller: JobOwner | None) -> str:
         """The final output once terminal (``""`` while live). A terminal read marks it reported."""
-        job = self._access(job_id, caller)
-        if not job.done.is_set():
+        job, record = self._find(job_id, caller)
+        if not record.terminal:
             return ""
-        job.reported = True
-        return job.output
+        if job is not None:
+            job.reported = True
+        elif not record.reported:
+            self.store.update(job_id, {"reported": True})
+        return record.output
 
     def kill(self, job_id: str, caller: JobOwner | None, reason: str | None = None) -> str:
-        """Request cancellation: ``"requested"`` (now ``stopping``) or ``"already-finished"``."""
-        job = self._access(job_id, caller)
-        if job.done.is_set():
+        """Request cancellation: ``"requested"`` (now ``stopping``) or ``"already-finished"``.
+
+        A job another process holds is asked to stop through the store; that process kills it
+        within about half a second."""
+        job, record = self._find(job_id, caller)
+        if record.terminal:
             return "already-finished"
+        if job is None:
+            self.store.update(job_id, {"kill_requested": True, "reported": True})
+            return "requested"
         job.reported = True
+        self._request_kill(job, reason)
+        return "requested"
+
+    def _request_kill(self, job: _Job, reason: str | None) -> None:
         if not job.kill_requested:
             job.kill_requested = True
             job.kill_reason = reason or None
             job.status = JobStatus.STOPPING
             if job.task is not None:
                 job.task.cancel(reason)
-        return "requested"
 
     async def wait(self, job_id: str, timeout_s: float, caller: JobOwner | None) -> JobSnapshot:
         """The snapshot at settlement, or at timeout (not an error). ``timeout_s`` must be > 0."""
         if isinstance(timeout_s, bool) or not (timeout_s > 0) or math.isnan(timeout_s):
             raise JobArgumentError("wait timeout must be a positive number of seconds")
-        job = self._access(job_id, caller)
+        job, record = self._find(job_id, caller)
+        if job is None:
+            return await self._wait_stored(record, timeout_s)
         if job.done.is_set():
             job.reported = True
-            return job.snapshot()
+            return snapshot_of(job.record())
         job.waiters += 1
         try:
             async with asyncio.timeout(None if math.isinf(timeout_s) else timeout_s):
@@ -342,12 +573,34 @@ class JobRegistry:
             pass
         finally:
             job.waiters -= 1
-        return job.snapshot()
+        return snapshot_of(job.record())
+
+    async def _wait_stored(self, record: JobRecord, timeout_s: float) -> JobSnapshot:
+        """Wait for a job another process holds, reading the store (bounded reads)."""
+        deadline = time.monotonic() + timeout_s
+        while not record.terminal and time.monotonic() < deadline:
+            await asyncio.sleep(min(REMOTE_POLL_S, max(0.0, deadline - time.monotonic())))
+            record = self._stored(record.id) or record
+        if record.terminal and not record.reported:
+            self.store.update(record.id, {"reported": True})
+            record = replace(record, reported=True)
+        return snapshot_of(record)
+
+    async def stop(
+        self, job_id: str, caller: JobOwner | None, reason: str | None, timeout_s: float
+    ) -> tuple[str, JobSnapshot]:
+        """:meth:`kill`, then wait up to ``timeout_s`` for the job to settle (its processes
+        gone); returns the kill's answer and the snapshot at settlement or at timeout."""
+        result = self.kill(job_id, caller, reason)
+        if result == "already-finished":
+            return result, self.get(job_id, caller)
+        return result, await self.wait(job_id, timeout_s, caller)
 
     # -- closing ----------------------------------------------------------------------------
 
     async def close_owner(self, owner: JobOwner | None) -> None:
-        """Cancel the owner's live jobs (no notice), await their exit, and drop their records.
+        """Cancel the owner's live jobs here (no notice) and await their exit. Their records
+        stay in the store (``killed``, with the facts gathered until then).
 
         A job already killed is not cancelled again (a second cancel would cut short the close
         its work runs after the first); this waits for it like for the others. Cancelling the
@@ -356,21 +609,49 @@ class JobRegistry:
         session = _session_of(owner)
         await self._close(job for job in self._jobs.values() if job.owner_session == session)
 
+    async def detach_owner(self, owner: JobOwner | None) -> None:
+        """Let the owner's live jobs go on without this registry, where the executor runs each
+        in a process of its own (``Executor.detaches``); kill the others as :meth:`close_owner`
+        does. A detached job's process records its outcome itself."""
+        session = _session_of(owner)
+        mine = [j for j in self._jobs.values() if j.owner_session == session]
+        if self.executor.detaches:
+            for job in mine:
+                if not job.done.is_set() and not job.kill_requested:
+                    job.detached = True
+                    if job.task is not None:
+                        job.task.cancel("job owner detached")
+        await self._close(mine)
+
     async def aclose(self) -> None:
-        """Refuse new jobs, cancel every live job (no notice), await them, drop every record,
-        then close the executor."""
+        """Refuse new jobs, cancel every live job (no notice), await them, then close the
+        executor and the store (queued writes are made durable first)."""
         self._closed = True
         try:
             await self._close(self._jobs.values())
         finally:
-            await self.executor.aclose()
+            try:
+                await self.executor.aclose()
+            finally:
+                await self._close_store()
+
+    async def _close_store(self) -> None:
+        store = self._store
+        if store is None:
+            return
+        close = asyncio.ensure_future(asyncio.to_thread(store.close))
+        try:
+            await asyncio.shield(close)
+        except asyncio.CancelledError:
+            await close  # the close is bounded: it writes what is queued, then returns
+            raise
 
     async def _close(self, selected: Iterable[_Job]) -> None:
         jobs = list(selected)
         for job in jobs:
             if not job.done.is_set():
                 job.reported = True
-                if not job.kill_requested:
+                if not job.kill_requested and not job.detached:
                     job.kill_requested = True
                     job.status = JobStatus.STOPPING
                     if job.task is not None:
@@ -385,8 +666,6 @@ class JobRegistry:
                     await job.done.wait()
                 except asyncio.CancelledError as error:
                     cancelled = cancelled or error
-        for job in jobs:
-            self._jobs.pop(job.id, None)
         if cancelled is not None:
             raise cancelled
 

@@ -15,6 +15,7 @@ from dsh.jobs._types import JobOwner, JobSnapshot
 from dsh.jobs.errors import JobError
 
 __all__ = [
+    "JOB_LIST_FINISHED_LINES",
     "JOB_TOOLS_GUIDE",
     "JOB_TOOL_NAMES",
     "JobKillTool",
@@ -23,10 +24,14 @@ __all__ = [
     "job_tools",
 ]
 
+#: ``job_list`` shows every live job of the owner (at most its admission limit) and this many of
+#: its newest finished ones, then one line saying how many more there are.
+JOB_LIST_FINISHED_LINES = 10
+
 _JOB_ID = {
     "type": "string",
     "minLength": 1,
-    "description": "The id returned when the job was started, e.g. subagent-1.",
+    "description": "The id returned when the job was started, e.g. subagent-3f9a0c12be47.",
 }
 
 
@@ -114,6 +119,7 @@ class JobListTool(_JobTool):
     guide = f"list jobs with {name}"
     description = (
         "List this session's background jobs, one per line: <id> [<kind>] <status> — <label>. "
+        f"Running jobs come first, then the {JOB_LIST_FINISHED_LINES} most recently finished. "
         "Use job_output to read one."
     )
     _SCHEMA: ClassVar[dict[str, Any]] = {
@@ -123,11 +129,14 @@ class JobListTool(_JobTool):
     }
 
     async def _call(self, arguments: Mapping[str, Any], caller: JobOwner | None) -> ToolResult:
-        snapshots = self.registry.list(caller)
-        value = {"jobs": [_snapshot_value(s) for s in snapshots]}
-        if not snapshots:
+        overview = self.registry.overview(caller, JOB_LIST_FINISHED_LINES)
+        shown = [*overview.live, *overview.finished]
+        value = {"jobs": [_snapshot_value(s) for s in shown], "more_finished": overview.more}
+        if not shown:
             return ToolResult(text="(no background jobs)", value=value)
-        lines = [f"{s.id} [{s.kind}] {s.status} — {s.label}" for s in snapshots]
+        lines = [f"{s.id} [{s.kind}] {s.status} — {s.label}" for s in shown]
+        if overview.more:
+            lines.append(f"and {overview.more} more finished jobs")
         return ToolResult(text="\n".join(lines), value=value)
 
 
@@ -142,8 +151,9 @@ class JobKillTool(_JobTool):
         "open_world": False,
     }
     description = (
-        "Stop a background job. Returns at once; the job settles as killed once its work has "
-        "stopped (check with job_output). A job that already finished is left as it was."
+        "Stop a background job. Returns once the job's processes have exited and it has "
+        "settled as killed (or, if that takes unusually long, while it is still stopping). "
+        "A job that already finished is left as it was."
     )
     _SCHEMA: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -155,18 +165,23 @@ class JobKillTool(_JobTool):
         "additionalProperties": False,
     }
 
+    def may_run_long(self, arguments: Mapping[str, Any]) -> bool:
+        return True  # it waits for the job's processes to exit
+
     async def _call(self, arguments: Mapping[str, Any], caller: JobOwner | None) -> ToolResult:
         job_id: str = arguments["job_id"]
         reason = arguments.get("reason") or None
-        result = self.registry.kill(job_id, caller, reason)
-        snapshot = self.registry.get(job_id, caller)
+        timeout_s = self.registry.config.kill_wait_ms / 1000.0
+        result, snapshot = await self.registry.stop(job_id, caller, reason, timeout_s)
         value = _snapshot_value(snapshot)
         value["result"] = result
-        if result == "requested":
-            return ToolResult(text=f"requested cancellation of job {job_id}", value=value)
-        return ToolResult(
-            text=f"job {job_id} had already finished {snapshot.status_line}", value=value
-        )
+        if result == "already-finished":
+            text = f"job {job_id} had already finished {snapshot.status_line}"
+        elif snapshot.terminal:
+            text = f"stopped job {job_id} {snapshot.status_line}"
+        else:
+            text = f"requested cancellation of job {job_id}; it is still stopping"
+        return ToolResult(text=text, value=value)
 
 
 _JOB_TOOLS = (JobOutputTool, JobListTool, JobKillTool)

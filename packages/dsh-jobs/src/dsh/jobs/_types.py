@@ -135,6 +135,7 @@ def completion_notice(snapshot: JobSnapshot) -> str:
 #: counts exactly up to 99 runs per node (a product run costs 0.3-0.5 GB, so 64 is plenty).
 MAX_RUNS_PER_NODE = 64
 _ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9._-]+:[0-9]{1,5}")
+_SCOPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _CALLABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -157,6 +158,27 @@ class JobsConfig(BaseModel):
     #: starts, after dsh's own steps: the deployment's setup there, e.g. the OpenTelemetry SDK
     #: (dsh configures none itself). ``executor = "ray"`` only.
     worker_setup: tuple[str, ...] = ()
+    #: Where job records live: ``"default"`` (the OS user's SQLite file,
+    #: ``$XDG_STATE_HOME/dsh/jobs.sqlite3``), ``"memory"`` (this process only) or a file path.
+    store: str = Field(default="default", min_length=1)
+    #: Finished records are kept this many days, and at most ``retention_count`` of them.
+    retention_days: float = Field(default=7.0, gt=0)
+    retention_count: int = Field(default=1000, ge=1, strict=True)
+    #: ``true``: a ``dsh mcp`` connection's close leaves its running jobs running (each in a
+    #: detached dsh process) for a later session of the same ``scope``; ``false``: they are killed.
+    keep_on_close: bool = False
+    #: The owner scope of ``dsh mcp`` sessions: ``None`` gives every connection an owner of its
+    #: own; a name makes every session served with this profile (same OS user and store) one owner.
+    scope: str | None = None
+    #: How long ``job_kill`` waits for a job's processes to exit before it answers.
+    kill_wait_ms: float = Field(default=30000, gt=0)
+
+    @field_validator("scope")
+    @classmethod
+    def _scope_name(cls, value: str | None) -> str | None:
+        if value is None or _SCOPE.fullmatch(value):
+            return value
+        raise ValueError("must be 1-64 letters, digits, '.', '_' or '-', starting alphanumeric")
 
     @field_validator("worker_setup")
     @classmethod
@@ -177,6 +199,8 @@ class JobsConfig(BaseModel):
     def _consistent(self) -> JobsConfig:
         if self.wait_timeout_ms > self.max_wait_timeout_ms:
             raise ValueError("wait_timeout_ms must not exceed max_wait_timeout_ms")
+        if self.keep_on_close and self.executor != "local":
+            raise ValueError('keep_on_close needs executor = "local"')
         if self.executor != "ray":
             for name in ("address", "max_runs_per_node", "worker_setup"):
                 if getattr(self, name) not in (None, ()):

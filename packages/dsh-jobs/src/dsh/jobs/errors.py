@@ -6,9 +6,10 @@ One tree; every message is safe to show a model::
     ├── JobArgumentError      (also a ValueError) empty kind/label, non-positive timeout
     ├── JobLimitError         admission refused: the owner already has the maximum of live jobs
     ├── UnknownJobError       (also a LookupError) ``unknown job <id>``
-    ├── ForeignJobError       (also a PermissionError) ``job <id> belongs to another session``
+    │   └── ForeignJobError   another owner's job: the same text, so a model learns nothing
     ├── JobRegistryClosedError  start() after aclose()
-    └── JobExecutorError      the executor itself failed (a lost worker or node, no cluster)
+    ├── JobExecutorError      the executor itself failed (a lost worker or node, no cluster)
+    └── JobStoreError         the job store cannot be used (for the operator: it names the path)
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ __all__ = [
     "JobExecutorError",
     "JobLimitError",
     "JobRegistryClosedError",
+    "JobStoreError",
     "UnknownJobError",
 ]
 
 
 class JobError(Exception):
-    """Base of every error :mod:`dsh.jobs` raises. ``str()`` is a safe, model-visible message."""
+    """Base of every error :mod:`dsh.jobs` raises. ``str()`` is a safe, model-visible message,
+    except :class:`JobStoreError`'s, which is the operator's (it names a path)."""
 
 
 class JobArgumentError(JobError, ValueError):
@@ -54,15 +57,9 @@ class UnknownJobError(JobError, LookupError):
         return f"unknown job {self.job_id}"
 
 
-class ForeignJobError(JobError, PermissionError):
-    """The job exists but is owned by another session."""
-
-    def __init__(self, job_id: str) -> None:
-        self.job_id = job_id
-        super().__init__(f"job {job_id} belongs to another session")
-
-    def __str__(self) -> str:  # OSError subclasses format their args specially
-        return f"job {self.job_id} belongs to another session"
+class ForeignJobError(UnknownJobError):
+    """The job exists but another owner's: its text is exactly an unknown id's, so a model
+    cannot tell another owner's job from none (the type tells the host)."""
 
 
 class JobRegistryClosedError(JobError):
@@ -86,3 +83,16 @@ class JobExecutorError(JobError):
         super().__init__(
             f"job executor failure (executor: {executor}; stage: executor; category: {category})"
         )
+
+
+class JobStoreError(JobError):
+    """The job store cannot be opened or used: a directory that cannot be written, a file that
+    is not a dsh job store, one written by a newer dsh, or one another process keeps locked.
+
+    Raised when the store opens, before any job starts. The message names the store's path and
+    what to do, so it is for the operator (a profile error, ``dsh jobs``), never for a model.
+    """
+
+    def __init__(self, message: str, *, path: str) -> None:
+        self.path = path
+        super().__init__(message)
