@@ -8,6 +8,7 @@ itself is exercised on a real local cluster in ``tests-e2e/ray``.
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -26,6 +27,7 @@ from dsh.jobs import (
     JobWork,
     LocalExecutor,
     PortableWork,
+    RecordFilter,
     executor_for,
 )
 from dsh.jobs._executor_choice import run_share
@@ -165,8 +167,16 @@ async def test_an_executor_that_runs_elsewhere_refuses_a_closure_before_any_id()
     async with JobRegistry(executor=PortableOnly()) as jobs:
         with pytest.raises(JobArgumentError, match="portable-only executor runs only portable"):
             jobs.start("subagent", "closure", A, finish)
+        store = jobs.store
+        assert store.flush(5)
+        assert store.count(RecordFilter()) == 0  # the refused start left no record, no id
         work = PortableWork(TARGET, {"text": "x"})
-        assert jobs.start("subagent", "portable", A, work) == "subagent-1"
+        job_id = jobs.start("subagent", "portable", A, work)
+        assert re.fullmatch(r"subagent-[0-9a-f]{12}", job_id)
+        assert (await jobs.wait(job_id, 5, A)).status is JobStatus.COMPLETED
+        assert jobs.read(job_id, A) == "x"
+        assert store.flush(5)
+        assert store.count(RecordFilter()) == 1
 
 
 # ---- the [jobs] keys ------------------------------------------------------------------------

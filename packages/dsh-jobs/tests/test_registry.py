@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ from dsh.jobs import (
     JobSnapshot,
     JobStatus,
     JobWork,
+    RecordFilter,
     attach_job_meta,
     current_job_id,
 )
@@ -47,6 +49,13 @@ def answer(text: str) -> JobOutcome:
     return JobOutcome(JobStatus.COMPLETED, output=text)
 
 
+def records(jobs: JobRegistry) -> int:
+    """How many records the registry's store holds once every queued write is durable."""
+    store = jobs.store
+    assert store.flush(5)
+    return store.count(RecordFilter())
+
+
 def blocked(gate: asyncio.Event, started: list[str] | None = None, name: str = "") -> JobWork:
     async def work() -> JobOutcome:
         if started is not None:
@@ -57,18 +66,42 @@ def blocked(gate: asyncio.Event, started: list[str] | None = None, name: str = "
     return work
 
 
-async def test_ids_are_per_kind_sequences() -> None:
+ID_FORMAT = re.compile(r"(?P<kind>[a-z]+)-[0-9a-f]{12}")
+
+
+async def test_ids_are_the_kind_and_twelve_random_hex_digits_and_never_repeat() -> None:
+    kinds = ["subagent", "subagent", "shell", "subagent", "shell"]
+    owners = [A, A, A, B, None]
+    seen: set[str] = set()
     async with JobRegistry() as jobs:
         gate = asyncio.Event()
         ids = [
-            jobs.start("subagent", "one", A, blocked(gate)),
-            jobs.start("subagent", "two", A, blocked(gate)),
-            jobs.start("shell", "three", A, blocked(gate)),
-            jobs.start("subagent", "four", B, blocked(gate)),
-            jobs.start("shell", "five", None, blocked(gate)),
+            jobs.start(kind, f"job {n}", owner, blocked(gate))
+            for n, (kind, owner) in enumerate(zip(kinds, owners, strict=True))
         ]
-        assert ids == ["subagent-1", "subagent-2", "shell-1", "subagent-3", "shell-2"]
+        for kind, job_id in zip(kinds, ids, strict=True):
+            match = ID_FORMAT.fullmatch(job_id)
+            assert match is not None, job_id
+            assert match["kind"] == kind
+        seen.update(ids)
         gate.set()
+        for job_id, owner in zip(ids, owners, strict=True):
+            await jobs.wait(job_id, 5, owner)
+        # Many more, settling as they go: no id is ever handed out twice, and no id follows
+        # from the one before (a sequence would let one owner guess another's ids).
+        done = asyncio.Event()
+        done.set()
+        for n in range(300):
+            job_id = jobs.start("subagent", f"more {n}", A, blocked(done))
+            assert ID_FORMAT.fullmatch(job_id) is not None
+            assert job_id not in seen
+            seen.add(job_id)
+            await jobs.wait(job_id, 5, A)
+    assert len(seen) == 305
+    # Another registry (another process, another session) draws from the same space.
+    async with JobRegistry() as other:
+        again = other.start("subagent", "elsewhere", A, blocked(done))
+        assert again not in seen
 
 
 async def test_empty_kind_and_label_are_rejected_in_order_without_an_id() -> None:
@@ -79,31 +112,46 @@ async def test_empty_kind_and_label_are_rejected_in_order_without_an_id() -> Non
             jobs.start("", "", A, blocked(gate))
         with pytest.raises(JobArgumentError, match="label"):
             jobs.start("subagent", "  ", A, blocked(gate))
-        assert jobs.start("subagent", "ok", A, blocked(gate)) == "subagent-1"
+        assert records(jobs) == 0  # neither rejection wrote a record
+        job_id = jobs.start("subagent", "ok", A, blocked(gate))
+        assert ID_FORMAT.fullmatch(job_id) is not None
+        assert records(jobs) == 1
+        assert jobs.store.get(job_id) is not None
 
 
 async def test_eleventh_live_job_is_rejected_before_work_and_uses_no_id() -> None:
     async with JobRegistry() as jobs:
         gates = [asyncio.Event() for _ in range(10)]
         started: list[str] = []
-        for i, gate in enumerate(gates):
+        ids = [
             jobs.start("subagent", f"task {i}", A, blocked(gate, started, f"w{i}"))
+            for i, gate in enumerate(gates)
+        ]
         await asyncio.sleep(0)
         assert len(started) == 10
+        assert records(jobs) == 10
         with pytest.raises(JobLimitError) as info:
             jobs.start("subagent", "too many", A, blocked(asyncio.Event(), started, "extra"))
         assert str(info.value) == LIMIT_MESSAGE
         await asyncio.sleep(0)
         assert "extra" not in started
-        # Another owner is admitted; its id shows that the rejected start used none.
-        assert jobs.start("subagent", "other owner", B, blocked(gates[0])) == "subagent-11"
+        # The rejected start left no record (no id was allocated for it).
+        assert records(jobs) == 10
+        assert [s.label for s in jobs.list(A)] == [f"task {i}" for i in range(10)]
+        # Another owner is admitted.
+        other = jobs.start("subagent", "other owner", B, blocked(gates[0]))
+        assert other not in ids
+        assert records(jobs) == 11
         # A stopping job still counts against the limit.
-        assert jobs.kill("subagent-1", A) == "requested"
-        assert jobs.get("subagent-1", A).status is JobStatus.STOPPING
+        assert jobs.kill(ids[0], A) == "requested"
+        assert jobs.get(ids[0], A).status is JobStatus.STOPPING
         with pytest.raises(JobLimitError):
             jobs.start("subagent", "still too many", A, blocked(asyncio.Event()))
-        await jobs.wait("subagent-1", 5, A)
-        assert jobs.start("subagent", "now fits", A, blocked(gates[1])) == "subagent-12"
+        assert records(jobs) == 11
+        await jobs.wait(ids[0], 5, A)
+        fits = jobs.start("subagent", "now fits", A, blocked(gates[1]))
+        assert fits not in [*ids, other]
+        assert records(jobs) == 12
         for gate in gates:
             gate.set()
 
@@ -121,7 +169,8 @@ async def test_another_session_is_fenced_and_unknown_ids_are_named() -> None:
     async with JobRegistry() as jobs:
         gate = asyncio.Event()
         job_id = jobs.start("subagent", "mine", A, blocked(gate))
-        message = f"job {job_id} belongs to another session"
+        # Another owner's job answers exactly like an id that does not exist.
+        message = f"unknown job {job_id}"
         with pytest.raises(ForeignJobError) as read_info:
             jobs.read(job_id, B)
         with pytest.raises(ForeignJobError) as kill_info:
@@ -132,9 +181,14 @@ async def test_another_session_is_fenced_and_unknown_ids_are_named() -> None:
             jobs.get(job_id, B)
         for info in (read_info, kill_info, wait_info, get_info):
             assert str(info.value) == message
+            assert isinstance(info.value, UnknownJobError)
+            assert isinstance(info.value, LookupError)
+        with pytest.raises(ForeignJobError):
+            await jobs.stop(job_id, B, "not yours", 1)
         with pytest.raises(UnknownJobError) as unknown:
             jobs.read("subagent-99", A)
         assert str(unknown.value) == "unknown job subagent-99"
+        assert not isinstance(unknown.value, ForeignJobError)
         assert jobs.get(job_id, A).status is JobStatus.RUNNING
         assert jobs.list(B) == []
         gate.set()
@@ -338,13 +392,13 @@ async def test_pulled_notices_skip_read_killed_and_closed_jobs() -> None:
         unread = jobs.start("subagent", "unread", A, blocked(done, name="u"))
         read = jobs.start("subagent", "read", A, blocked(done, name="r"))
         killed = jobs.start("subagent", "killed", A, blocked(asyncio.Event()))
-        jobs.start("subagent", "other", B, blocked(done, name="o"))
+        other = jobs.start("subagent", "other", B, blocked(asyncio.Event(), name="o"))
         settled = asyncio.Event()
         count: list[JobDone] = []
 
         def on_done(event: JobDone) -> None:
             count.append(event)
-            if len(count) == 4:
+            if len(count) == 3:
                 settled.set()
 
         jobs.on_job_done(on_done)
@@ -356,7 +410,8 @@ async def test_pulled_notices_skip_read_killed_and_closed_jobs() -> None:
             " Read its output with job_output."
         ]
         assert jobs.take_notices(A) == []  # each notice is taken once
-        await jobs.close_owner(B)  # owner close drops the record: no notice
+        await jobs.close_owner(B)  # owner close kills the live job: no notice
+        assert jobs.get(other, B).status is JobStatus.KILLED
         assert jobs.take_notices(B) == []
         assert jobs.take_notices(None) == []
 
@@ -417,7 +472,7 @@ async def test_listeners_run_last_are_contained_and_can_unsubscribe(
         assert any("listener raised" in r.getMessage() for r in caplog.records)
 
 
-async def test_close_owner_cancels_awaits_exit_and_drops_records() -> None:
+async def test_close_owner_cancels_awaits_exit_and_keeps_records_killed() -> None:
     events: list[JobDone] = []
     exited: list[str] = []
 
@@ -443,18 +498,25 @@ async def test_close_owner_cancels_awaits_exit_and_drops_records() -> None:
         await asyncio.sleep(0)
         await jobs.close_owner(A)
         assert exited == ["a1"]
-        for job_id in (a1, a2):
-            with pytest.raises(UnknownJobError):
-                jobs.get(job_id, A)
+        # The records stay: the closed one killed, the finished one as it was.
+        assert jobs.get(a1, A).status is JobStatus.KILLED
+        assert jobs.get(a2, A).status is JobStatus.COMPLETED
+        assert jobs.read(a2, A) == "a2"
         assert jobs.get(b1, B).status is JobStatus.RUNNING
         a1_events = [e for e in events if e.snapshot.id == a1]
         assert [(e.snapshot.status, e.notice) for e in a1_events] == [(JobStatus.KILLED, None)]
         await jobs.aclose()
         assert exited == ["a1", "b1"]
-        assert jobs.list(B) == []
         assert all(e.notice is None for e in events)
         with pytest.raises(JobRegistryClosedError):
             jobs.start("subagent", "late", A, slow_exit("late"))
+    # Every record outlives the registry: a later one over the same store reads them.
+    async with JobRegistry() as later:
+        assert [(s.label, s.status) for s in later.list(A)] == [
+            ("a1", JobStatus.KILLED),
+            ("a2", JobStatus.COMPLETED),
+        ]
+        assert [(s.label, s.status) for s in later.list(B)] == [("b1", JobStatus.KILLED)]
 
 
 def test_outcome_must_be_terminal_and_snapshot_status_line() -> None:
@@ -513,16 +575,19 @@ async def test_a_cancelled_close_owner_still_waits_for_its_jobs_to_settle() -> N
         with pytest.raises(asyncio.CancelledError):
             await closing
         assert closed == ["closed"], "close_owner ended while its job was still closing"
-        with pytest.raises(UnknownJobError):
-            jobs.get(job_id, A)
+        snapshot = jobs.get(job_id, A)
+        assert snapshot.status is JobStatus.KILLED
+        assert snapshot.reported is True  # a closed job yields no notice
+        assert jobs.take_notices(A) == []
 
 
 async def test_facts_attached_by_work_that_is_then_killed_stay_with_the_job() -> None:
     assert attach_job_meta({"usage": {"input_tokens": 1}}) is False  # no job's work here
     attached = asyncio.Event()
+    seen: list[str | None] = []
 
     async def work() -> JobOutcome:
-        assert current_job_id() == "subagent-1"
+        seen.append(current_job_id())
         assert attach_job_meta({"usage": {"input_tokens": 5}}) is True
         attached.set()
         await asyncio.Event().wait()  # until killed
@@ -533,6 +598,7 @@ async def test_facts_attached_by_work_that_is_then_killed_stay_with_the_job() ->
         await asyncio.wait_for(attached.wait(), 5)
         jobs.kill(job_id, A, "enough")
         snapshot = await jobs.wait(job_id, 5, A)
+        assert seen == [job_id]
     assert snapshot.status is JobStatus.KILLED
     assert snapshot.meta == {"usage": {"input_tokens": 5}}
     assert current_job_id() is None

@@ -12,7 +12,7 @@ from importlib import metadata as _metadata
 
 from dsh.jobs._executor import Executor, JobStarted, JobWork, LocalExecutor, PortableWork
 from dsh.jobs._executor_choice import RAY_EXTRA_HINT, executor_for
-from dsh.jobs._holder import Holder
+from dsh.jobs._holder import Holder, this_process
 from dsh.jobs._registry import (
     JobOverview,
     JobRegistry,
@@ -77,4 +77,5 @@ __all__ = [
     "status_line",
     "store_for",
     "store_path",
+    "this_process",
 ]

@@ -12,9 +12,12 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dsh.jobs._types import JobOutcome
+
+if TYPE_CHECKING:
+    from dsh.jobs._store import JobStore
 
 __all__ = ["Executor", "JobStarted", "JobWork", "LocalExecutor", "PortableWork"]
 
@@ -107,6 +110,9 @@ class Executor(ABC):
     detaches: ClassVar[bool] = False
     #: The work runs from the job's record (the registry stores it as JSON at start).
     runs_from_store: ClassVar[bool] = False
+
+    def attach(self, store: JobStore) -> None:  # noqa: B027 - most executors need no store
+        """Called by the registry with its job store when it opens it, before any job runs."""
 
     @abstractmethod
     async def execute(self, work: JobWork, started: JobStarted) -> JobOutcome:

@@ -89,6 +89,8 @@ class _Job:
     meta: Mapping[str, Any] | None = None
     task: asyncio.Task[JobOutcome] | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Set once the executor has begun the work (``started``), or when the job settles.
+    began: asyncio.Event = field(default_factory=asyncio.Event)
 
     def record(self, work: str | None = None) -> JobRecord:
         return JobRecord(
@@ -220,6 +222,8 @@ class JobRegistry:
         self.config = config if config is not None else JobsConfig()
         self.executor = executor if executor is not None else executor_for(self.config)
         self._store = store
+        if store is not None:
+            self.executor.attach(store)
         self._origin = secrets.token_hex(8)
         self._jobs: dict[str, _Job] = {}
         self._listeners: list[JobDoneListener] = []
@@ -233,6 +237,7 @@ class JobRegistry:
         :class:`~dsh.jobs.errors.JobStoreError` (naming the path) when it cannot be used."""
         if self._store is None:
             self._store = store_for(self.config)
+            self.executor.attach(self._store)
         store = self._store
         if isinstance(store, SqliteJobStore) and store.kill_listener is None:
             store.kill_holder = this_process()
@@ -309,10 +314,37 @@ class JobRegistry:
         task.add_done_callback(functools.partial(self._on_task_done, job))
         return job.id
 
+    def adopt(self, record: JobRecord, work: JobWork) -> str:
+        """Run ``work`` here as the job ``record`` describes, a record another process started
+        and this one has claimed (:meth:`JobStore.claim`): a detached worker's one job. No
+        admission check and no new record; the settlement is written as usual."""
+        if self._closed:
+            raise JobRegistryClosedError()
+        self.open_store()
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        job = _Job(
+            id=record.id,
+            kind=record.kind,
+            label=record.label,
+            owner_session=record.owner,
+            started_at=record.started_at,
+            origin=record.origin,
+            status=JobStatus.RUNNING,
+        )
+        if record.status is not JobStatus.RUNNING:
+            self.store.update(job.id, {"status": str(JobStatus.RUNNING)})
+        task = loop.create_task(self._run(job, work), name=f"dsh.jobs:{job.id}")
+        job.task = task
+        self._jobs[job.id] = job
+        task.add_done_callback(functools.partial(self._on_task_done, job))
+        return job.id
+
     async def _run(self, job: _Job, work: JobWork) -> JobOutcome:
         _CURRENT_JOB.set(job)  # the job task's own context: its work can tell its id
 
         def started(where: str | None) -> None:
+            job.began.set()
             job.where = where
             changes: dict[str, Any] = {}
             if where is not None:
@@ -586,6 +618,18 @@ class JobRegistry:
             record = replace(record, reported=True)
         return snapshot_of(record)
 
+    async def join(self, job_id: str) -> JobSnapshot:
+        """Wait for a job this registry holds to settle, whoever owns it (for the host, not a
+        model: no access check, and the job is not marked reported)."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            record = self._stored(job_id)
+            if record is None:
+                raise UnknownJobError(job_id)
+            return snapshot_of(record)
+        await job.done.wait()
+        return snapshot_of(job.record())
+
     async def stop(
         self, job_id: str, caller: JobOwner | None, reason: str | None, timeout_s: float
     ) -> tuple[str, JobSnapshot]:
@@ -617,6 +661,14 @@ class JobRegistry:
         mine = [j for j in self._jobs.values() if j.owner_session == session]
         if self.executor.detaches:
             for job in mine:
+                # A job let go before its executor began would never run: its process must
+                # exist first (the executor's start is quick and bounded).
+                if not job.began.is_set() and not job.done.is_set():
+                    began = asyncio.ensure_future(job.began.wait())
+                    done = asyncio.ensure_future(job.done.wait())
+                    await asyncio.wait({began, done}, return_when=asyncio.FIRST_COMPLETED)
+                    began.cancel()
+                    done.cancel()
                 if not job.done.is_set() and not job.kill_requested:
                     job.detached = True
                     if job.task is not None:

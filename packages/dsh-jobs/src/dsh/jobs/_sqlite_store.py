@@ -407,6 +407,21 @@ class SqliteJobStore(JobStore):
         sql = f"UPDATE jobs SET {', '.join(sets)} WHERE id = ?"
         self._submit(lambda c: c.execute(sql, (*values, job_id)), done)
 
+    def claim(self, job_id: str, holder: Holder) -> JobRecord | None:
+        claimed: list[bool] = []
+
+        def op(connection: sqlite3.Connection) -> None:
+            cursor = connection.execute(
+                "UPDATE jobs SET holder_pid = ?, holder_start = ?"
+                " WHERE id = ? AND finished_at IS NULL",
+                (holder.pid, holder.start, job_id),
+            )
+            claimed.append(cursor.rowcount == 1)
+
+        self._submit(op, None)
+        self.flush()
+        return self.get(job_id) if claimed and claimed[0] else None
+
     def flush(self, timeout_s: float | None = None) -> bool:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._idle:

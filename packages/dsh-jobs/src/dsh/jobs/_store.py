@@ -145,6 +145,11 @@ class JobStore(ABC):
         """Wait until every queued write is durable; ``False`` on timeout."""
         return True
 
+    @abstractmethod
+    def claim(self, job_id: str, holder: Holder) -> JobRecord | None:
+        """Make ``holder`` the holder of a live record, now (synchronous, after the queued
+        writes); returns the record, or ``None`` when it is missing or already terminal."""
+
     # -- reads (synchronous) ---------------------------------------------------------------
 
     @abstractmethod
@@ -227,6 +232,14 @@ class MemoryJobStore(JobStore):
 
     def get(self, job_id: str) -> JobRecord | None:
         return self._records.get(job_id)
+
+    def claim(self, job_id: str, holder: Holder) -> JobRecord | None:
+        with self._lock:
+            stored = self._records.get(job_id)
+            if stored is None or stored.terminal:
+                return None
+            self._records[job_id] = claimed = replace(stored, holder=holder)
+        return claimed
 
     def _select(self, where: RecordFilter) -> list[JobRecord]:
         with self._lock:

@@ -201,6 +201,8 @@ class JobsConfig(BaseModel):
             raise ValueError("wait_timeout_ms must not exceed max_wait_timeout_ms")
         if self.keep_on_close and self.executor != "local":
             raise ValueError('keep_on_close needs executor = "local"')
+        if self.keep_on_close and self.store == "memory":
+            raise ValueError('keep_on_close needs a file store, not store = "memory"')
         if self.executor != "ray":
             for name in ("address", "max_runs_per_node", "worker_setup"):
                 if getattr(self, name) not in (None, ()):

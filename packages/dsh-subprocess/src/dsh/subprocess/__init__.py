@@ -7,6 +7,7 @@ Spawn through a ``SubprocessRuntime`` (``default_runtime()`` is the process-wide
 from importlib import metadata as _metadata
 
 from dsh.subprocess._cgroup import KERNEL_LAYER_ENV, KernelLayer, kernel_layer, limits_problem
+from dsh.subprocess._detached import DetachedProcess, spawn_detached
 from dsh.subprocess._env import (
     AGENT_SOCKET_NAMES,
     CORE_ENV_NAMES,
@@ -67,6 +68,7 @@ __all__ = [
     "BoundedLines",
     "Collect",
     "CollectedText",
+    "DetachedProcess",
     "EnvForwarding",
     "EnvPolicy",
     "ForwardingConfig",
@@ -93,5 +95,6 @@ __all__ = [
     "reap_orphans",
     "reap_orphans_once",
     "scrubbed_parent_env",
+    "spawn_detached",
     "spawn_trace_context",
 ]

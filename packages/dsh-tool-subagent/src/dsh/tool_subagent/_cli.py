@@ -1,4 +1,5 @@
-"""The ``dsh`` command: ``run``, ``profile check``, ``doctor`` (and lazily ``demo``, ``mcp``)."""
+"""The ``dsh`` command: ``run``, ``jobs``, ``profile check``, ``doctor`` (and lazily ``demo``,
+``mcp``)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from dsh.tool_subagent._cli_options import (
 )
 from dsh.tool_subagent._doctor import doctor
 from dsh.tool_subagent._harness import Harness, default_tool_name
+from dsh.tool_subagent._jobs_command import add_jobs_parser, jobs_main
 from dsh.tool_subagent._known_providers import INSTALL_REQUIREMENTS
 from dsh.tool_subagent._signals import exit_code_on_signal
 from dsh.tool_subagent._tool import Caller, SubagentTool
@@ -114,6 +116,32 @@ async def _background(harness: Harness, job_id: str, caller: Caller) -> tuple[Jo
     return snapshot, harness.jobs.read(job_id, caller)
 
 
+async def _detach(
+    harness: Harness,
+    tool: SubagentTool,
+    arguments: dict[str, Any],
+    caller: Caller,
+    as_json: bool,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    result = await tool.call(arguments, caller)
+    if result.is_error or result.value is None:
+        if as_json:
+            out.write(json.dumps({"error": result.text}) + "\n")
+        print(result.text, file=err)
+        return EXIT_FAILED
+    job_id = str(result.value["job_id"])
+    # Let the job go: its detached process runs it and records the outcome.
+    await harness.jobs.detach_owner(caller)
+    if as_json:
+        out.write(json.dumps({"job_id": job_id, "status": "running"}) + "\n")
+    else:
+        print(job_id, file=out)
+        print(f"collect it with: dsh jobs output {job_id} --wait", file=err)
+    return EXIT_OK
+
+
 async def run_command(
     harness: Harness,
     task: str,
@@ -121,12 +149,16 @@ async def run_command(
     tool_name: str | None = None,
     cwd: str | None = None,
     background: bool = False,
+    detach: bool = False,
     as_json: bool = False,
     stall_timeout_s: float | None = None,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> int:
     """One delegation through ``harness``; returns the exit code (the harness stays open).
+
+    ``detach`` (a harness built with ``detach=True``) starts a background job in a detached
+    dsh process, prints its id on stdout and returns at once, letting the job go on.
 
     ``as_json`` prints one :class:`~dsh.tool_subagent._run_report.RunReport` object on stdout
     instead of the answer (stdout) or the failure text (stderr). ``stall_timeout_s`` replaces
@@ -141,8 +173,10 @@ async def run_command(
         tool.config = tool.config.model_copy(update={"stall_timeout_s": stall_timeout_s})
     caller = Caller(session_id="dsh-cli", cwd=cwd)
     arguments: dict[str, Any] = {"description": _label(task), "prompt": task}
-    if background:
+    if background or detach:
         arguments["run_in_background"] = True
+    if detach:
+        return await _detach(harness, tool, arguments, caller, as_json, out, err)
     began = time.monotonic()
     async with _status(tool.name, err):
         result = await tool.call(arguments, caller)
@@ -181,7 +215,9 @@ async def _run_main(args: argparse.Namespace) -> int:
     if not task.strip():
         print("dsh run: TASK is empty", file=sys.stderr)
         return EXIT_USAGE
-    harness = Harness.from_profile(args.profile)
+    harness = Harness.from_profile(args.profile, detach=args.detach)
+    if args.background or args.detach:
+        harness.open_job_store()  # an unusable store is refused before anything starts
     began = time.monotonic()
     limit = asyncio.timeout(args.timeout)
     try:
@@ -192,6 +228,7 @@ async def _run_main(args: argparse.Namespace) -> int:
                 tool_name=args.tool,
                 cwd=args.cwd,
                 background=args.background,
+                detach=args.detach,
                 as_json=args.json,
                 stall_timeout_s=args.stall_timeout,
             )
@@ -219,7 +256,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", metavar="PROFILE", help=_PROFILE_HELP)
     run.add_argument("--tool", help="delegation tool name (default: the first)")
     run.add_argument("--cwd", help="working directory for the subagent (default: current)")
-    run.add_argument("--background", action="store_true", help="run as a background job")
+    mode = run.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--background", action="store_true", help="run as a background job and wait for it"
+    )
+    mode.add_argument(
+        "--detach",
+        action="store_true",
+        help="start a background job in a detached process, print its id and return at once"
+        " (collect it with dsh jobs output ID --wait)",
+    )
     run.add_argument(
         "--timeout",
         type=positive_seconds,
@@ -267,6 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="at most N jobs at once on each Ray node, as [jobs] max_runs_per_node",
     )
+    add_jobs_parser(sub, add_common_options)
     mcp = sub.add_parser("mcp", help="serve the harness tools over MCP stdio")
     mcp.add_argument("--profile", metavar="PROFILE", help=_PROFILE_HELP)
     mcp.add_argument("--cwd", help="working directory for the subagents (default: current)")
@@ -282,6 +329,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             return asyncio.run(exit_code_on_signal(lambda: _run_main(args)))
         except KeyboardInterrupt:
             return EXIT_INTERRUPTED
+    if args.command == "jobs":
+        return jobs_main(args)
     if args.command == "profile":
         harness = Harness.from_profile(args.profile)
         print(json.dumps(harness.describe(), indent=2))

@@ -13,7 +13,8 @@ from typing import Any, Self
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
-from dsh.jobs import JobRegistry, JobsConfig, executor_for
+from dsh.jobs import MEMORY_STORE, Executor, JobRegistry, JobsConfig, JobStore, executor_for
+from dsh.jobs.errors import JobStoreError
 from dsh.jobs.tools import JOB_TOOL_NAMES, ToolBase, job_tools
 from dsh.subagent import (
     SubagentError,
@@ -23,6 +24,7 @@ from dsh.subagent import (
     installed_provider_kinds,
 )
 from dsh.tool_subagent._contract import Tool
+from dsh.tool_subagent._detached import DetachedExecutor
 from dsh.tool_subagent._known_providers import KNOWN_PROVIDERS, load_provider
 from dsh.tool_subagent._portable_job import WORKER_SETUP
 from dsh.tool_subagent._tool import SubagentTool, SubagentToolConfig
@@ -121,13 +123,26 @@ class Harness:
                 return tool
         raise KeyError(name)
 
+    def open_job_store(self) -> JobStore:
+        """Open the job store now (it opens at first use otherwise): a store that cannot be
+        used raises :class:`ProfileError` naming ``jobs.store``, its path and what to do."""
+        try:
+            return self.jobs.open_store()
+        except JobStoreError as exc:
+            raise _at("jobs.store", exc) from exc
+
     @classmethod
     def from_profile(
-        cls, profile: str | os.PathLike[str] | Mapping[str, Any] | None = None
+        cls,
+        profile: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+        *,
+        detach: bool = False,
     ) -> Self:
         """Build a harness from a TOML file, a mapping, or (``None``) the default profile.
 
-        Building starts no process. Errors raise :class:`ProfileError` naming table, index, field.
+        Building starts no process (and opens no job store). Errors raise
+        :class:`ProfileError` naming table, index, field. ``detach`` runs every background job
+        in a detached dsh process (``dsh run --detach``), as ``[jobs] keep_on_close`` does.
         """
         data: Mapping[str, Any]
         is_default = profile is None
@@ -150,10 +165,16 @@ class Harness:
             model = ProfileModel.model_validate(data)
         except pydantic.ValidationError as exc:
             raise _problems(exc) from exc
-        try:
-            executor = executor_for(model.jobs, worker_setup=WORKER_SETUP)
-        except ImportError as exc:
-            raise _at("jobs.executor", exc) from exc
+        executor: Executor
+        if detach or model.jobs.keep_on_close:
+            if model.jobs.store == MEMORY_STORE:
+                raise _at("jobs.store", 'a detached job needs a file store, not "memory"')
+            executor = DetachedExecutor(model.jobs)
+        else:
+            try:
+                executor = executor_for(model.jobs, worker_setup=WORKER_SETUP)
+            except ImportError as exc:
+                raise _at("jobs.executor", exc) from exc
         service = SubagentService()
         kinds: dict[str, str] = {}
         entries: dict[str, tuple[str, dict[str, Any]]] = {}

@@ -3,10 +3,12 @@
 - Every harness tool is an MCP tool with the same name, description and JSON input schema,
   plus behaviour annotations (:func:`annotations_for`); a ``ToolResult`` becomes a text content
   block with ``isError`` from ``is_error``.
-- One connection is one owner: a :class:`Caller` with a fresh session id and the connection's
-  working directory. When the connection closes, that owner's Jobs are cancelled and their
-  process trees exit before :func:`serve_connection` returns; requests already received are
-  answered first (:mod:`._mcp_drain`).
+- One connection is one owner: a :class:`Caller` with a fresh session id (or, with ``[jobs]
+  scope``, the scope's one owner) and the connection's working directory. When the connection
+  closes, that owner's Jobs are cancelled and their process trees exit before
+  :func:`serve_connection` returns (with ``[jobs] keep_on_close``, they are let go to run on in
+  their detached processes); requests already received are answered first
+  (:mod:`._mcp_drain`). Job records stay in the job store either way.
 - Completion notices of background jobs ride on the next tool result, and go out as log
   notifications too (:mod:`._mcp_notices`).
 - A call whose request carried a ``progressToken`` reports progress; a cancelled call cancels
@@ -63,9 +65,11 @@ NO_DELEGATION_WARNING = (
 )
 
 
-def new_caller(cwd: str | None) -> Caller:
-    """The owner of one connection: a fresh session id and the subagents' working directory."""
-    return Caller(session_id=f"mcp-{uuid.uuid4().hex}", cwd=cwd)
+def new_caller(cwd: str | None, scope: str | None = None) -> Caller:
+    """The owner of one connection and the subagents' working directory: a fresh session id,
+    or ``scope:<name>`` for a profile's ``[jobs] scope`` (every session of it, one owner)."""
+    session = f"scope:{scope}" if scope else f"mcp-{uuid.uuid4().hex}"
+    return Caller(session_id=session, cwd=cwd)
 
 
 def annotations_for(tool: Tool) -> types.ToolAnnotations | None:
@@ -196,7 +200,8 @@ async def serve_connection(
 
     At EOF, running tool calls are cancelled and every request already received is answered.
     Before returning (also on cancellation) the owner's Jobs are cancelled and awaited, so their
-    process trees have exited. The harness itself stays open.
+    process trees have exited, or, with ``[jobs] keep_on_close``, let go to run on detached.
+    The harness itself stays open.
     """
     owner = caller if caller is not None else new_caller(cwd)
     notices = Notices(owner, harness.jobs)
@@ -217,7 +222,10 @@ async def serve_connection(
     finally:
         unsubscribe()
         with anyio.CancelScope(shield=True):
-            await harness.jobs.close_owner(owner)
+            if harness.jobs.config.keep_on_close:
+                await harness.jobs.detach_owner(owner)
+            else:
+                await harness.jobs.close_owner(owner)
     return owner
 
 
@@ -233,8 +241,10 @@ async def serve_stdio(profile: str | None, *, cwd: str | None) -> None:
     if not harness.delegation_tools:
         print(NO_DELEGATION_WARNING, file=sys.stderr, flush=True)
     try:
+        harness.open_job_store()  # a store that cannot be used stops the server before serving
+        caller = new_caller(cwd, harness.jobs.config.scope)
         async with stdin_lines() as stdin, stdio_server(stdin=stdin) as (read, write):
-            await serve_connection(harness, read, write, caller=new_caller(cwd))
+            await serve_connection(harness, read, write, caller=caller)
     finally:
         with anyio.CancelScope(shield=True):
             await harness.aclose()
