@@ -7,6 +7,7 @@ No product and no framework runs here; the adapters drive the real products in
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,14 @@ def make_harness(provider: FakeProvider, *extra: Any) -> Harness:
 
 def bg(label: str) -> dict[str, Any]:
     return {"description": label, "prompt": "p", "run_in_background": True}
+
+
+def started_id(started: ToolResult) -> str:
+    """The id a background start returned: its text names it, and its value carries it."""
+    match = re.fullmatch(r"started background subagent job (subagent-[0-9a-f]{12})", started.text)
+    assert match is not None and not started.is_error, started.text
+    assert started.value == {"job_id": match.group(1)}
+    return match.group(1)
 
 
 def test_the_instructions_text_is_exact_and_names_every_job_tool() -> None:
@@ -96,10 +105,10 @@ async def test_a_notice_rides_on_the_next_result_once_after_a_blank_line() -> No
                 await asyncio.sleep(0.01)
         first = await session.call("job_list", {})
         second = await session.call("job_list", {})
-    assert started.text == "started background subagent job subagent-1"
-    listing = "subagent-1 [subagent] completed — one"
+    job_id = started_id(started)
+    listing = f"{job_id} [subagent] completed — one"
     notice = (
-        "background job subagent-1 (subagent: one) finished [status: completed]."
+        f"background job {job_id} (subagent: one) finished [status: completed]."
         " Read its output with job_output."
     )
     assert first.text == f"{listing}\n\n{notice}"
@@ -110,15 +119,16 @@ async def test_sessions_are_separate_owners_and_closing_one_ends_only_its_jobs()
     provider = FakeProvider("fake", delay=None)  # runs until cancelled
     async with make_harness(provider) as harness:
         mine, other = AgentSession(harness), AgentSession(harness)
-        await mine.call("subagent_fake", bg("mine"))
-        await other.call("subagent_fake", bg("other"))
-        foreign = await other.call("job_output", {"job_id": "subagent-1"})
+        mine_id = started_id(await mine.call("subagent_fake", bg("mine")))
+        started_id(await other.call("subagent_fake", bg("other")))
+        foreign = await other.call("job_output", {"job_id": mine_id})
         await mine.aclose()
         assert len(provider.open_runs) == 1  # only other's run is left
         after = await mine.call("job_list", {})
         (left,) = harness.jobs.list(other.caller)
         await other.aclose()
-    assert foreign.is_error
+    # Another session's job answers exactly as an unknown id would.
+    assert foreign == ToolResult(text=f"unknown job {mine_id}", is_error=True)
     assert after == ToolResult(text=CLOSED_TEXT, is_error=True)
     assert left.label == "other"
     assert len(provider.open_runs) == 0

@@ -119,7 +119,7 @@ async def test_run_json_background_names_the_job(tmp_path: Path) -> None:
             )
         report = json.loads(out.getvalue())
         assert (rc, err.getvalue(), report["exit_code"]) == (code, "", code)
-        assert report["job_id"] == "subagent-1"
+        assert re.fullmatch(r"subagent-[0-9a-f]{12}", report["job_id"]), report["job_id"]
         if outcome == "echo":
             assert (report["stop_reason"], report["text"]) == ("completed", "bg json")
         else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 from dsh.jobs import JobRegistry, JobSnapshot, JobStatus
@@ -14,7 +15,7 @@ from dsh.subagent import (
     UsageFacts,
 )
 from dsh.subagent.testing import FakeProvider
-from dsh.tool_subagent import Caller, SubagentTool, SubagentToolConfig
+from dsh.tool_subagent import Caller, SubagentTool, SubagentToolConfig, ToolResult
 from dsh.tool_subagent._run_report import from_job, from_tool_result
 
 CALLER = Caller(session_id="s1", cwd="/tmp")
@@ -33,6 +34,14 @@ def mount(provider: FakeProvider) -> tuple[SubagentTool, JobRegistry]:
     jobs = JobRegistry()
     config = SubagentToolConfig(provider=provider.name, max_depth="provider-managed")
     return SubagentTool(config, service, jobs), jobs
+
+
+def started_id(started: ToolResult) -> str:
+    """The id a background start returned: its text names it, and its value carries it."""
+    match = re.fullmatch(r"started background subagent job (subagent-[0-9a-f]{12})", started.text)
+    assert match is not None and not started.is_error, started.text
+    assert started.value == {"job_id": match.group(1)}
+    return match.group(1)
 
 
 def assert_timings(timings: dict[str, float], *, start: float, answer: float) -> None:
@@ -76,12 +85,13 @@ async def test_a_background_job_keeps_the_facts_for_the_host() -> None:
             {"description": "bg", "prompt": "bg answer", "run_in_background": True}, CALLER
         )
         assert started.meta is None
-        snapshot = await jobs.wait("subagent-1", 5, CALLER)
+        job_id = started_id(started)
+        snapshot = await jobs.wait(job_id, 5, CALLER)
         assert snapshot.status is JobStatus.COMPLETED
         assert snapshot.meta is not None
         assert snapshot.meta["usage"] == USAGE.as_json()
         assert_timings(snapshot.meta["timings"], start=0.02, answer=0.05)
-        read = await JobOutputTool(jobs).call({"job_id": "subagent-1"}, CALLER)
+        read = await JobOutputTool(jobs).call({"job_id": job_id}, CALLER)
         assert read.text == "bg answer\n[status: completed]"
         assert read.meta == snapshot.meta
         report = from_job(snapshot, "bg answer", 1.0, 0).to_json()
@@ -95,17 +105,22 @@ async def test_a_failed_and_a_killed_background_run_keep_their_facts() -> None:
     error = SubagentResult(StopReason.ERROR, (), "a safe diagnostic")
     tool, jobs = mount(reporting(result=error, delay=0.02))
     async with jobs:
-        await tool.call({"description": "f", "prompt": "p", "run_in_background": True}, CALLER)
-        failed = await jobs.wait("subagent-1", 5, CALLER)
+        started = await tool.call(
+            {"description": "f", "prompt": "p", "run_in_background": True}, CALLER
+        )
+        failed = await jobs.wait(started_id(started), 5, CALLER)
         assert failed.status is JobStatus.FAILED
         assert failed.meta is not None
         assert failed.meta["usage"] == USAGE.as_json()
     hanging, jobs = mount(reporting(delay=None))
     async with jobs:
-        await hanging.call({"description": "k", "prompt": "p", "run_in_background": True}, CALLER)
+        started = await hanging.call(
+            {"description": "k", "prompt": "p", "run_in_background": True}, CALLER
+        )
+        job_id = started_id(started)
         await asyncio.sleep(0.02)
-        jobs.kill("subagent-1", CALLER, "stop")
-        killed: JobSnapshot = await jobs.wait("subagent-1", 5, CALLER)
+        jobs.kill(job_id, CALLER, "stop")
+        killed: JobSnapshot = await jobs.wait(job_id, 5, CALLER)
         assert killed.status is JobStatus.KILLED
         # The work ended by the cancellation it was sent, yet what the run had spent stays:
         # its usage, and the stages it reached (no model output, no answer; the tree's exit
@@ -113,6 +128,6 @@ async def test_a_failed_and_a_killed_background_run_keep_their_facts() -> None:
         assert killed.meta is not None
         assert killed.meta["usage"] == USAGE.as_json()
         assert list(killed.meta["timings"]) == ["started_s", "tree_exit_s"]
-        read = await JobOutputTool(jobs).call({"job_id": "subagent-1"}, CALLER)
+        read = await JobOutputTool(jobs).call({"job_id": job_id}, CALLER)
         assert read.text == "(no new output)\n[status: killed, stop]"
         assert read.meta == killed.meta

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import pytest
@@ -22,6 +23,15 @@ from dsh.tool_subagent import Caller, SubagentTool, SubagentToolConfig, Tool, To
 from dsh.tool_subagent.errors import MountError
 
 CALLER = Caller(session_id="s1", cwd="/tmp")
+STARTED = re.compile(r"started background subagent job (subagent-[0-9a-f]{12})")
+
+
+def started_id(out: ToolResult) -> str:
+    """The id a background start returned: its text names it, and its value carries it."""
+    match = STARTED.fullmatch(out.text)
+    assert match is not None and not out.is_error, out.text
+    assert out.value == {"job_id": match.group(1)}
+    return match.group(1)
 
 
 class CountingProvider(FakeProvider):
@@ -232,38 +242,49 @@ async def test_background_completed_reported_after_close() -> None:
         out = await tool.call(
             {"description": "bg task", "prompt": "answer", "run_in_background": True}, CALLER
         )
-        assert out.text == "started background subagent job subagent-1"
-        snap = await jobs.wait("subagent-1", 5, CALLER)
+        job_id = started_id(out)
+        snap = await jobs.wait(job_id, 5, CALLER)
         assert snap.status is JobStatus.COMPLETED
         assert snap.label == "bg task"
         assert list(provider.acloses.values()) == [1]  # closed before the job settled
-        assert jobs.read("subagent-1", CALLER) == "answer"
+        assert jobs.read(job_id, CALLER) == "answer"
 
 
 async def test_background_failure_kill_and_owner_close() -> None:
     failing = CountingProvider(failure=FACTS)
     tool, jobs = mount(failing)
     async with jobs:
-        await tool.call({"description": "d", "prompt": "p", "run_in_background": True}, CALLER)
-        snap = await jobs.wait("subagent-1", 5, CALLER)
+        out = await tool.call(
+            {"description": "d", "prompt": "p", "run_in_background": True}, CALLER
+        )
+        snap = await jobs.wait(started_id(out), 5, CALLER)
         assert snap.status is JobStatus.FAILED
         assert snap.detail == f"error; diagnostic: {failure_line(FACTS)}"
 
     slow = CountingProvider(delay=None)
     tool, jobs = mount(slow)
     async with jobs:
-        await tool.call({"description": "d", "prompt": "p", "run_in_background": True}, CALLER)
-        await tool.call({"description": "e", "prompt": "p", "run_in_background": True}, CALLER)
+        first = started_id(
+            await tool.call({"description": "d", "prompt": "p", "run_in_background": True}, CALLER)
+        )
+        second = started_id(
+            await tool.call({"description": "e", "prompt": "p", "run_in_background": True}, CALLER)
+        )
+        assert first != second
         for _ in range(2):
             slow.started.clear()
             if len(slow.runs) < 2:
                 await asyncio.wait_for(slow.started.wait(), 5)
-        assert jobs.kill("subagent-1", CALLER) == "requested"
-        snap = await jobs.wait("subagent-1", 5, CALLER)
+        assert jobs.kill(first, CALLER) == "requested"
+        snap = await jobs.wait(first, 5, CALLER)
         assert snap.status is JobStatus.KILLED
+        assert jobs.get(second, CALLER).status is JobStatus.RUNNING
         await jobs.close_owner(CALLER)
         assert all(count == 1 for count in slow.acloses.values())
         assert slow.open_runs == ()
+        # The owner's close keeps both records, each settled as killed.
+        assert jobs.get(first, CALLER).status is JobStatus.KILLED
+        assert jobs.get(second, CALLER).status is JobStatus.KILLED
 
 
 START_LINE = "subagent-codex: " + failure_line(FACTS)
@@ -295,8 +316,10 @@ async def test_background_start_failures_show_only_safe_text() -> None:
     ):
         tool, jobs = mount(FakeProvider(start_error=error))
         async with jobs:
-            await tool.call({"description": "d", "prompt": "p", "run_in_background": True}, CALLER)
-            snap = await jobs.wait("subagent-1", 5, CALLER)
+            out = await tool.call(
+                {"description": "d", "prompt": "p", "run_in_background": True}, CALLER
+            )
+            snap = await jobs.wait(started_id(out), 5, CALLER)
             assert snap.status is JobStatus.FAILED
             assert snap.detail == detail
 
@@ -308,11 +331,14 @@ async def test_a_teardown_failure_after_job_kill_stays_in_the_killed_detail() ->
     provider.dispose_error = ProductFailure(TEARDOWN_LINE)
     tool, jobs = mount(provider)
     async with jobs:
-        await tool.call({"description": "d", "prompt": "p", "run_in_background": True}, CALLER)
+        out = await tool.call(
+            {"description": "d", "prompt": "p", "run_in_background": True}, CALLER
+        )
+        job_id = started_id(out)
         await asyncio.wait_for(provider.started.wait(), 5)
         await asyncio.sleep(0)
-        jobs.kill("subagent-1", CALLER, reason="not needed")
-        snap = await jobs.wait("subagent-1", 5, CALLER)
+        jobs.kill(job_id, CALLER, reason="not needed")
+        snap = await jobs.wait(job_id, 5, CALLER)
         assert snap.status_line == (
             f"[status: killed, not needed; dispose failed: {TEARDOWN_LINE}]"
         )
@@ -352,8 +378,11 @@ async def test_a_cancelled_call_whose_start_fails_still_raises_the_cancellation(
         await call
 
     async with jobs:
-        await tool.call({"description": "d", "prompt": "p", "run_in_background": True}, CALLER)
+        out = await tool.call(
+            {"description": "d", "prompt": "p", "run_in_background": True}, CALLER
+        )
+        job_id = started_id(out)
         await asyncio.sleep(0.01)
-        jobs.kill("subagent-1", CALLER, reason="stop")
-        snap = await jobs.wait("subagent-1", 5, CALLER)
+        jobs.kill(job_id, CALLER, reason="stop")
+        snap = await jobs.wait(job_id, 5, CALLER)
         assert snap.status_line == f"[status: killed, stop; {TEARDOWN_LINE}]"
