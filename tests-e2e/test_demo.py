@@ -23,7 +23,7 @@ from dsh.tool_subagent._demo.scenarios import owned_marked_processes
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
 
 DEMO_LIMIT_S = 60.0
-JOB = r"subagent-\d+"
+JOB = r"subagent-[0-9a-f]{12}"
 COUNTS = r"dsh-marked processes: [1-9]\d* mid-turn → 0 after"
 EXPECTED_ROWS = [
     ("foreground answer", "Codex", re.escape('✓ answer: "Hello from Codex."')),

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import pickle
+import signal
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -19,10 +22,11 @@ from typing import Any
 
 import pytest
 
-from dsh.jobs import JobStatus, PortableWork
+from dsh.jobs import HOLDER_GONE_DETAIL, JobsConfig, JobStatus, PortableWork, store_for
 from dsh.jobs._ray_executor import RayExecutor
-from dsh.subprocess import reap_orphans
+from dsh.subprocess import SpawnSpec, default_runtime, reap_orphans
 from dsh.tool_subagent import Caller, Harness, ToolResult
+from dsh.tool_subagent._demo.serve import to_toml
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(240)]
 
@@ -100,7 +104,8 @@ async def test_jobs_beyond_the_per_node_limit_are_queued_and_a_queued_kill_never
         assert len(setup.claude.requests) == 2
 
         killed = await harness.tool("job_kill").call({"job_id": waiting}, setup.caller)
-        assert killed.text == f"requested cancellation of job {waiting}"
+        # A queued job never started: its kill settles it at once.
+        assert killed.text == f"stopped job {waiting} [status: killed]"
         snapshot = await harness.jobs.wait(waiting, 30, setup.caller)
         assert (snapshot.status, snapshot.where) == (JobStatus.KILLED, None)
         for job_id in held:
@@ -121,7 +126,8 @@ async def test_job_kill_mid_tool_leaves_no_marked_process_on_any_node(
         await until(lambda: bool(sleeping(token)), "the tool's sleep to run on a worker node")
         assert ray_kit.cluster_marked(), "the product tree must be marked while it runs"
         result = await harness.tool("job_kill").call({"job_id": job_id}, setup.caller)
-        assert result.text == f"requested cancellation of job {job_id}"
+        # job_kill answers once the job has settled, its tree gone on its node.
+        assert result.text == f"stopped job {job_id} [status: killed]"
         snapshot = await harness.jobs.wait(job_id, 60, setup.caller)
         assert snapshot.status is JobStatus.KILLED, snapshot
         # Settled only after whole-tree exit on its node: nothing is left at this moment.
@@ -261,3 +267,62 @@ def test_a_ray_client_server_start_that_fails_is_asked_again_a_bounded_number_of
         with pytest.raises(ConnectionAbortedError):
             executor._init_ray()
     assert calls == ["ray://127.0.0.1:1"] * min(failures + 1, _ray_executor.CLIENT_INIT_ATTEMPTS)
+
+
+# ---- the host that submitted a job is lost ---------------------------------------------------
+
+HOST = """
+import asyncio, os, sys
+from pathlib import Path
+from dsh.tool_subagent import Caller, Harness
+
+async def main() -> None:
+    profile, workspace, id_file = sys.argv[1:4]
+    prompt = os.environ["HOST_PROMPT"]  # not in the command line, where the walk looks
+    harness = Harness.from_profile(profile)
+    result = await harness.tool("subagent_codex").call(
+        {"description": "host lost", "prompt": prompt, "run_in_background": True},
+        Caller("ray-host", workspace),
+    )
+    Path(id_file).write_text(result.value["job_id"])
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_lost_host_s_ray_job_is_cancelled_on_its_node_and_reads_failed(
+    setup: Any, ray_kit: Any, tmp_path: Path
+) -> None:
+    """The host that submitted a Ray job is SIGKILLed mid-run. Ray ends the dead driver's
+    actors (they are not detached), so the job's run is cancelled on its node, its tree ends
+    with its supervisor, and the job's record, kept by the host in the store, reads ``failed``
+    with the fixed detail for anyone who looks afterwards."""
+    store = tmp_path / "jobs.sqlite3"
+    jobs = {"executor": "ray", "max_runs_per_node": setup.runs_per_node, "store": str(store)}
+    profile = tmp_path / "profile.toml"
+    profile.write_text(to_toml({**setup.profile, "jobs": jobs}), encoding="utf-8")
+    token = f"5{uuid.uuid4().int % 10**8:08d}.5"
+    id_file = tmp_path / "job-id"
+    argv = [sys.executable, "-c", HOST, str(profile), str(setup.workspace), str(id_file)]
+    env = {**ray_kit.driver_env(), "HOST_PROMPT": f"HOLD {token}"}
+    host = await default_runtime().spawn(SpawnSpec(argv=argv, cwd=str(setup.workspace), env=env))
+    try:
+        # The product's tool runs on a node (an own walk of /proc finds it) before the kill.
+        await until(lambda: bool(sleeping(token)), "the job's tool to run on a worker node", 120)
+        job_id = id_file.read_text()
+        os.kill(host.pid, signal.SIGKILL)
+        await host.wait()
+    finally:
+        await host.aclose()
+    # Ray cancels the dead driver's work: the tool's process ends on its node.
+    await until(lambda: sleeping(token) == [], "the lost host's run to end on its node", 60)
+    records = store_for(JobsConfig(store=str(store)))
+    try:
+        record = records.get(job_id)
+        assert record is not None
+        (read,) = records.correct([record])
+        assert (read.status, read.detail) == (JobStatus.FAILED, HOLDER_GONE_DETAIL)
+    finally:
+        records.close()
+    ray_kit.assert_no_marked(settle_s=5.0)

@@ -445,7 +445,7 @@ class CloseRaces(RuleBasedStateMachine):
         out = self._drive(self.kill_tool.call(arguments, Caller(record.owner)))
         if out.text.startswith(f"job {record.job_id} had already finished"):
             record.kill_requested = was_requested
-        elif not out.text.startswith("requested cancellation"):
+        elif not out.text.startswith((f"stopped job {record.job_id} ", "requested cancellation")):
             self.violations.append(f"job_kill of {tag}: {out.text}")
 
     @rule(owner=st.sampled_from(OWNERS))

@@ -54,7 +54,8 @@ def bg(label: str) -> dict[str, Any]:
 def started_id(started: ToolResult) -> str:
     """The id a background start returned: its text names it, and its value carries it."""
     match = re.fullmatch(r"started background subagent job (subagent-[0-9a-f]{12})", started.text)
-    assert match is not None and not started.is_error, started.text
+    assert not started.is_error, started.text
+    assert match is not None, started.text
     assert started.value == {"job_id": match.group(1)}
     return match.group(1)
 

@@ -6,6 +6,7 @@ transport are driven in ``tests-e2e/test_mcp_real.py``.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,7 +20,7 @@ import pytest
 from mcp import ClientSession, types
 from mcp.shared.memory import create_client_server_memory_streams
 
-from dsh.jobs import JobDone, JobRegistry
+from dsh.jobs import JobDone, JobRegistry, JobStatus
 from dsh.jobs.tools import job_tools
 from dsh.subagent import (
     Descriptor,
@@ -50,6 +51,15 @@ from dsh.tool_subagent._mcp.server import (
 FAILURE = FailureFacts(
     product="Codex", stage="turn", category="httpConnectionFailed", http_status=503
 )
+
+
+def started_id(started: tuple[str, bool]) -> str:
+    """The job id a background start named (random: ``subagent-<12 hex>``)."""
+    text, is_error = started
+    match = re.fullmatch(r"started background subagent job (subagent-[0-9a-f]{12})", text)
+    assert not is_error, started
+    assert match is not None, started
+    return match.group(1)
 
 
 def make_harness(*providers: FakeProvider) -> Harness:
@@ -227,30 +237,27 @@ async def test_background_job_sends_a_completion_log_notification_then_job_outpu
             "subagent_fake",
             {"description": "background echo", "prompt": "answer later", "run_in_background": True},
         )
-        assert started == ("started background subagent job subagent-1", False)
+        job_id = started_id(started)
         log = await conn.next_log()
-        output = await conn.call("job_output", {"job_id": "subagent-1", "wait": True})
+        output = await conn.call("job_output", {"job_id": job_id, "wait": True})
         listing = await conn.call("job_list", {})
     assert log.level == NOTICE_LEVEL
     assert log.logger == NOTICE_LOGGER
-    assert log.data == (
-        "background job subagent-1 (subagent: background echo) finished [status: completed]."
-        " Read its output with job_output."
-    )
+    assert log.data == _notice(job_id, "background echo")
     assert output == ("answer later\n[status: completed]", False)
-    assert listing == ("subagent-1 [subagent] completed — background echo", False)
+    assert listing == (f"{job_id} [subagent] completed — background echo", False)
 
 
 async def test_job_output_with_wait_collects_a_running_job_and_sends_no_notice() -> None:
     harness = make_harness(FakeProvider("fake", delay=0.3))
     async with harness, connect(harness) as conn:
-        await conn.call(
-            "subagent_fake",
-            {"description": "slow", "prompt": "slow answer", "run_in_background": True},
+        job_id = started_id(
+            await conn.call(
+                "subagent_fake",
+                {"description": "slow", "prompt": "slow answer", "run_in_background": True},
+            )
         )
-        output = await conn.call(
-            "job_output", {"job_id": "subagent-1", "wait": True, "timeout_ms": 5000}
-        )
+        output = await conn.call("job_output", {"job_id": job_id, "wait": True, "timeout_ms": 5000})
         await conn.session.send_ping()
     assert output == ("slow answer\n[status: completed]", False)
     assert conn.logs == []
@@ -288,22 +295,21 @@ async def test_a_modern_connection_gets_notices_on_its_next_opted_in_tool_call(
     harness.jobs.on_job_done(lambda event: settled.set())
     async with harness, connect(harness, modern=True, log_level=log_level) as conn:
         assert conn.session.protocol_version == "2026-07-28"
-        await conn.call(
-            "subagent_fake", {"description": "a", "prompt": "b", "run_in_background": True}
+        job_id = started_id(
+            await conn.call(
+                "subagent_fake", {"description": "a", "prompt": "b", "run_in_background": True}
+            )
         )
         with anyio.fail_after(5):
             await settled.wait()
         before = list(conn.logs)
         listing = await conn.call("job_list", {})
     assert before == []  # log delivery is request-scoped in this era: nothing unsolicited
-    assert listing == ("subagent-1 [subagent] completed — a", False)
+    assert listing == (f"{job_id} [subagent] completed — a", False)
     if log_level is None:
         assert conn.logs == []  # the client never opted in
     else:
-        assert [log.data for log in conn.logs] == [
-            "background job subagent-1 (subagent: a) finished [status: completed]."
-            " Read its output with job_output."
-        ]
+        assert [log.data for log in conn.logs] == [_notice(job_id, "a")]
 
 
 async def test_closing_the_connection_cancels_the_owners_jobs_and_closes_their_runs() -> None:
@@ -318,12 +324,16 @@ async def test_closing_the_connection_cancels_the_owners_jobs_and_closes_their_r
     harness.subagents.subscribe(on_event)
     async with harness:
         async with connect(harness) as conn:
-            for n in range(2):
-                text, _ = await conn.call(
-                    "subagent_fake",
-                    {"description": f"hang {n}", "prompt": "never", "run_in_background": True},
+            ids = [
+                started_id(
+                    await conn.call(
+                        "subagent_fake",
+                        {"description": f"hang {n}", "prompt": "never", "run_in_background": True},
+                    )
                 )
-                assert text == f"started background subagent job subagent-{n + 1}"
+                for n in range(2)
+            ]
+            assert len(set(ids)) == 2
             with anyio.fail_after(5):
                 await both_started.wait()
             open_before = len(provider.open_runs)
@@ -333,23 +343,30 @@ async def test_closing_the_connection_cancels_the_owners_jobs_and_closes_their_r
         assert open_before == 2
         assert len(provider.open_runs) == 0
         assert all(run.cancel_reasons for run in provider.runs)
-        assert harness.jobs.list(owner) == []
+        # The owner's records stay readable after its close, each settled as killed.
+        assert [(job.id, job.status) for job in harness.jobs.list(owner)] == [
+            (ids[0], JobStatus.KILLED),
+            (ids[1], JobStatus.KILLED),
+        ]
         assert conn.logs == []
 
 
 async def test_each_connection_is_its_own_owner() -> None:
     harness = make_harness(FakeProvider("fake", delay=None))
     async with harness, connect(harness) as first, connect(harness) as second:
-        await first.call(
-            "subagent_fake", {"description": "a", "prompt": "b", "run_in_background": True}
+        job_id = started_id(
+            await first.call(
+                "subagent_fake", {"description": "a", "prompt": "b", "run_in_background": True}
+            )
         )
-        foreign = await second.call("job_output", {"job_id": "subagent-1"})
-        kill = await second.call("job_kill", {"job_id": "subagent-1"})
+        foreign = await second.call("job_output", {"job_id": job_id})
+        kill = await second.call("job_kill", {"job_id": job_id})
         mine = await first.call("job_list", {})
         theirs = await second.call("job_list", {})
-    assert foreign == ("job subagent-1 belongs to another session", True)
-    assert kill == ("job subagent-1 belongs to another session", True)
-    assert mine == ("subagent-1 [subagent] running — a", False)
+    # Another connection's job answers exactly as an unknown id, and its kill changes nothing.
+    assert foreign == (f"unknown job {job_id}", True)
+    assert kill == (f"unknown job {job_id}", True)
+    assert mine == (f"{job_id} [subagent] running — a", False)
     assert theirs == ("(no background jobs)", False)
     assert first.caller.session_id != second.caller.session_id
 
@@ -393,9 +410,9 @@ def _settled(harness: Harness, count: int) -> anyio.Event:
     return event
 
 
-def _notice(job: int, label: str) -> str:
+def _notice(job_id: str, label: str) -> str:
     return (
-        f"background job subagent-{job} (subagent: {label}) finished [status: completed]."
+        f"background job {job_id} (subagent: {label}) finished [status: completed]."
         " Read its output with job_output."
     )
 
@@ -432,17 +449,17 @@ async def test_a_completion_notice_rides_on_the_next_tool_result_once() -> None:
         started = await conn.call(
             "subagent_fake", {"description": "bg one", "prompt": "x", "run_in_background": True}
         )
-        assert started == ("started background subagent job subagent-1", False)
+        job_id = started_id(started)
         assert conn.riding == []
         with anyio.fail_after(5):
             await settled.wait()
         listing = await conn.call("job_list", {})
-        assert conn.riding == [_notice(1, "bg one")]
+        assert conn.riding == [_notice(job_id, "bg one")]
         again = await conn.call("job_list", {})
         unknown = await conn.call("no_such_tool", {})
-    assert listing == again == ("subagent-1 [subagent] completed — bg one", False)
+    assert listing == again == (f"{job_id} [subagent] completed — bg one", False)
     assert unknown[1] is True
-    assert conn.riding == [_notice(1, "bg one")]  # once each
+    assert conn.riding == [_notice(job_id, "bg one")]  # once each
     assert conn.logs == []
 
 
@@ -450,12 +467,14 @@ async def test_a_job_read_before_the_next_result_brings_no_notice() -> None:
     harness = make_harness(FakeProvider("fake", delay=0.0))
     settled = _settled(harness, 1)
     async with harness, connect(harness) as conn:
-        await conn.call(
-            "subagent_fake", {"description": "a", "prompt": "b", "run_in_background": True}
+        job_id = started_id(
+            await conn.call(
+                "subagent_fake", {"description": "a", "prompt": "b", "run_in_background": True}
+            )
         )
         with anyio.fail_after(5):
             await settled.wait()
-        output = await conn.call("job_output", {"job_id": "subagent-1"})
+        output = await conn.call("job_output", {"job_id": job_id})
         await conn.call("job_list", {})
     assert output == ("b\n[status: completed]", False)
     assert conn.riding == []
@@ -465,18 +484,23 @@ async def test_notices_on_one_result_are_bounded_and_the_rest_ride_the_next() ->
     harness = make_harness(FakeProvider("fake", delay=0.5))  # all seven start before any ends
     settled = _settled(harness, 7)
     async with harness, connect(harness) as conn:
-        for n in range(1, 8):
-            await conn.call(
-                "subagent_fake", {"description": f"j{n}", "prompt": "p", "run_in_background": True}
+        ids = {
+            n: started_id(
+                await conn.call(
+                    "subagent_fake",
+                    {"description": f"j{n}", "prompt": "p", "run_in_background": True},
+                )
             )
+            for n in range(1, 8)
+        }
         with anyio.fail_after(5):
             await settled.wait()
         await conn.call("job_list", {})
         await conn.call("job_list", {})
         await conn.call("job_list", {})
     first, second = conn.riding
-    assert first.splitlines() == [_notice(n, f"j{n}") for n in range(1, 6)]
-    assert second.splitlines() == [_notice(n, f"j{n}") for n in (6, 7)]
+    assert first.splitlines() == [_notice(ids[n], f"j{n}") for n in range(1, 6)]
+    assert second.splitlines() == [_notice(ids[n], f"j{n}") for n in (6, 7)]
 
 
 async def test_a_long_call_with_a_progress_token_reports_elapsed_time() -> None:

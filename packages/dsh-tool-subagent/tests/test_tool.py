@@ -29,7 +29,8 @@ STARTED = re.compile(r"started background subagent job (subagent-[0-9a-f]{12})")
 def started_id(out: ToolResult) -> str:
     """The id a background start returned: its text names it, and its value carries it."""
     match = STARTED.fullmatch(out.text)
-    assert match is not None and not out.is_error, out.text
+    assert not out.is_error, out.text
+    assert match is not None, out.text
     assert out.value == {"job_id": match.group(1)}
     return match.group(1)
 

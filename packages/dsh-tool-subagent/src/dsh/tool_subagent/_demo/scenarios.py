@@ -166,8 +166,10 @@ async def cancel_with_job_kill(stage: Stage, product: str) -> tuple[bool, str]:
     await stage.request_seen(product, token)
     during = await stage.live_processes()
     killed = await stage.job_tool("job_kill", {"job_id": job_id, "reason": KILL_REASON})
-    if killed.text != f"requested cancellation of job {job_id}":
-        return _unexpected(f"requested cancellation of job {job_id}", killed.text)
+    # job_kill returns once the job has settled (its processes gone), with its status line.
+    stopped = f"stopped job {job_id} [status: killed, {KILL_REASON}]"
+    if killed.is_error or killed.text != stopped:
+        return _unexpected(stopped, killed.text)
     read = await stage.job_tool(
         "job_output", {"job_id": job_id, "wait": True, "timeout_ms": stage.wait_s * 1000}
     )
