@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -163,10 +164,13 @@ async def test_a_stalled_job_ends_failed_with_the_limit(stack: Stack, product: s
     started = await stack.call(
         TOOLS[product], description="stall job", prompt="STALL job", run_in_background=True
     )
-    assert started.text == "started background subagent job subagent-1"
+    assert re.fullmatch(r"started background subagent job subagent-[0-9a-f]{12}", started.text)
+    assert started.value is not None
+    job_id = started.value["job_id"]
+    assert started.text == f"started background subagent job {job_id}"
     arrived = await stack.request_arrived(product)
     assert await _owned() != [], "the product's tree was not alive while the model stalled"
-    read = await stack.call("job_output", job_id="subagent-1", wait=True, timeout_ms=60000)
+    read = await stack.call("job_output", job_id=job_id, wait=True, timeout_ms=60000)
     after_request = time.monotonic() - arrived
     assert after_request <= STALL_S + GRACE_S + SLACK_S, after_request
     assert read.text == f"(no new output)\n[status: failed, {STALLED}]", read.text

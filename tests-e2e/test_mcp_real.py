@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shlex
 import signal
 import sys
@@ -63,6 +64,17 @@ CODEX_FAILURE = (
     " (product: Codex; stage: turn; category: internalServerError)"
 )
 TOOL_NAMES = ["subagent_codex", "subagent_claude_code", "job_output", "job_list", "job_kill"]
+#: A background start's text; job ids are random (``subagent-<12 hex>``).
+STARTED = re.compile(r"started background subagent job (subagent-[0-9a-f]{12})")
+
+
+def started_id(started: tuple[str, bool]) -> str:
+    """The job id a background start named, which the later calls use."""
+    text, is_error = started
+    assert not is_error, text
+    match = STARTED.fullmatch(text)
+    assert match is not None, text
+    return match.group(1)
 
 
 def assert_run_timings(timings: Mapping[str, float]) -> None:
@@ -286,9 +298,9 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
                 "subagent_claude_code",
                 {"description": "bg claude", "prompt": "BG claude task", "run_in_background": True},
             )
-            assert started == ("started background subagent job subagent-1", False)
+            claude_job = started_id(started)
             collected = await client.call(
-                "job_output", {"job_id": "subagent-1", "wait": True, "timeout_ms": 90000}
+                "job_output", {"job_id": claude_job, "wait": True, "timeout_ms": 90000}
             )
             assert collected == ("claude background answer\n[status: completed]", False)
             # A background job's host-only facts ride in job_output's ``_meta`` the same way.
@@ -301,14 +313,15 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
                 "subagent_codex",
                 {"description": "bg codex", "prompt": "BG codex task 2", "run_in_background": True},
             )
-            assert started == ("started background subagent job subagent-2", False)
+            codex_job = started_id(started)
+            assert codex_job != claude_job
             log = await client.next_log()
             assert (log.level, log.logger) == ("notice", "dsh.jobs")
             assert log.data == (
-                "background job subagent-2 (subagent: bg codex) finished [status: completed]."
+                f"background job {codex_job} (subagent: bg codex) finished [status: completed]."
                 " Read its output with job_output."
             )
-            collected = await client.call("job_output", {"job_id": "subagent-2", "wait": True})
+            collected = await client.call("job_output", {"job_id": codex_job, "wait": True})
             assert collected == ("codex says: BG codex task 2\n[status: completed]", False)
             assert client.last_meta is not None
             assert client.last_meta["dsh/usage"] == codex_usage
@@ -321,13 +334,14 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
             assert failed == (CODEX_FAILURE, True)
             assert CANARY not in failed[0]
 
+            # Finished jobs are listed newest first: the Codex job finished after the Claude one.
             listing = await client.call("job_list", {})
             assert listing == (
-                "subagent-1 [subagent] completed — bg claude\n"
-                "subagent-2 [subagent] completed — bg codex",
+                f"{codex_job} [subagent] completed — bg codex\n"
+                f"{claude_job} [subagent] completed — bg claude",
                 False,
             )
-            # Only the job that finished unreported sent a notice (subagent-1 was waited on).
+            # Only the job that finished unreported sent a notice (the Claude job was waited on).
             assert client.logs == []
 
         assert await settle_ours(tmp_path) == []
@@ -430,9 +444,7 @@ async def test_sigterm_with_stdin_still_open_closes_the_trees_then_exits_0(
                 },
             )
             started = await _response(process, 2)
-            assert started["result"]["content"][0]["text"] == (
-                "started background subagent job subagent-1"
-            )
+            assert STARTED.fullmatch(started["result"]["content"][0]["text"]), started
             await codex.wait_for_requests(1, timeout=90)
             live = await anyio.to_thread.run_sync(ours, tmp_path)
             assert len(live) >= 2  # the server and the Codex tree, mid-turn
@@ -595,7 +607,10 @@ class HostScript:
             time.sleep(0.1)  # the route runs on the loopback server's own thread
             return ("job_list", {})
         if len(results) == noticed[0] + 1:
-            return ("job_output", {"job_id": "subagent-1"})
+            match = STARTED.search(results[1])
+            if match is None:  # no job id to read: end here (the host's checks then fail)
+                return None
+            return ("job_output", {"job_id": match.group(1)})
         return None
 
     @classmethod
@@ -739,9 +754,10 @@ def assert_usage_stayed_host_side(model_inputs: list[str]) -> None:
 def _assert_host_saw(script: HostScript, foreground_answer: str, background_answer: str) -> None:
     results = script.results
     assert foreground_answer in results[0], results[0]
-    assert "started background subagent job subagent-1" in results[1], results[1]
+    match = STARTED.search(results[1])
+    assert match is not None, results[1]
     notice = (
-        "background job subagent-1 (subagent: bg job) finished [status: completed]."
+        f"background job {match.group(1)} (subagent: bg job) finished [status: completed]."
         " Read its output with job_output."
     )
     carrying = [i for i, text in enumerate(results) if notice in text]

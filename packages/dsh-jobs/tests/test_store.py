@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import os
 import queue
 import random
 import signal
@@ -712,8 +711,8 @@ REFUSALS: dict[str, tuple[Callable[[Path], Path], str, str]] = {
         f" {SCHEMA_VERSION})",
         "upgrade dsh, or",
     ),
-    # The text says "cannot write it (read-only)", which misleads for a directory (see the
-    # report); only what every refusal shares is checked here.
+    # The text says "cannot write it (read-only)", which misleads for a directory: only what
+    # every refusal shares is checked here.
     "a directory": (a_directory, "cannot", OTHER_PATH),
 }
 
@@ -771,29 +770,6 @@ def test_a_refused_store_still_reads_in_sqlite_and_nothing_is_lost(tmp_path: Pat
         assert connection.execute("PRAGMA application_id").fetchone() == (0,)
     finally:
         connection.close()
-
-
-def test_a_read_only_directory_is_refused(tmp_path: Path) -> None:
-    """Permission bits (the "directory is a file" refusal above covers root, whom they do not
-    stop): a new store in a read-only directory, and an existing one whose directory turned
-    read-only (WAL mode writes files beside the store)."""
-    directory = tmp_path / "ro"
-    directory.mkdir()
-    existing = directory / "existing.sqlite3"
-    SqliteJobStore(existing).close()
-    before = existing.read_bytes()
-    directory.chmod(0o500)
-    try:
-        if os.access(directory, os.W_OK):
-            pytest.skip("permission bits do not stop this user (root) from writing")
-        with pytest.raises(JobStoreError, match=r"cannot create it \(Permission denied\)"):
-            SqliteJobStore(directory / "jobs.sqlite3")
-        with pytest.raises(JobStoreError, match="cannot write it or its directory") as info:
-            SqliteJobStore(existing)
-        assert info.value.path == str(existing)
-        assert existing.read_bytes() == before
-    finally:
-        directory.chmod(0o700)
 
 
 def test_a_store_locked_by_a_stuck_writer_is_refused_after_the_open_wait(
@@ -960,7 +936,8 @@ async def test_a_kill_written_to_the_store_stops_the_job_where_it_runs(tmp_path:
             began = time.monotonic()
             outside.update(job_id, {"kill_requested": True})
             assert outside.flush(5)
-            snapshot = await jobs.wait(job_id, 3, A)
+            # The holder's writer thread looks for kill requests twice a second.
+            snapshot = await jobs.wait(job_id, 2.0, A)
             took = time.monotonic() - began
             assert snapshot.status_line == f"[status: killed, {OUTSIDE_KILL_REASON}]", took
             assert stopped == ["stopped"]
@@ -982,7 +959,7 @@ async def test_another_registry_stops_a_job_held_elsewhere_and_sees_it_settle(
         assert other.get(job_id, A).status is JobStatus.RUNNING
         with pytest.raises(ForeignJobError):
             other.kill(job_id, B)
-        result, snapshot = await other.stop(job_id, A, None, 3)
+        result, snapshot = await other.stop(job_id, A, None, 2.0)
         assert result == "requested"
         assert snapshot.status_line == f"[status: killed, {OUTSIDE_KILL_REASON}]"
         assert snapshot.reported is True

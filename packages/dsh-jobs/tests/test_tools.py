@@ -8,8 +8,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
-
 from dsh.jobs import JobOutcome, JobRegistry, JobsConfig, JobStatus
 from dsh.jobs._tools import JOB_LIST_FINISHED_LINES  # not re-exported by dsh.jobs.tools
 from dsh.jobs.tools import (
@@ -190,12 +188,6 @@ async def test_job_list_shows_live_jobs_then_the_newest_finished_then_a_count() 
         gate.set()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="source bug: JobRegistry.overview asks the store for the newest finished records by"
-    " start time (JobStore.newest orders by started_at), so a long job that finished last is"
-    " left out of job_list's 'most recently finished' lines once its record is durable",
-)
 async def test_job_list_shows_the_most_recently_finished_even_if_it_started_first() -> None:
     async with JobRegistry() as jobs:
         _, listing, _ = job_tools(jobs)

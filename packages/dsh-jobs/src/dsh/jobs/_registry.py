@@ -525,7 +525,7 @@ class JobRegistry:
         live_where = RecordFilter(owner=session, origin=self._origin, live=True)
         live = {r.id: r for r in store.correct(store.newest(live_where, 1 << 16))}
         finished_where = RecordFilter(owner=session, origin=self._origin, live=False)
-        finished = {r.id: r for r in store.newest(finished_where, finished_limit)}
+        finished = {r.id: r for r in store.newest(finished_where, finished_limit, by="finished")}
         total = store.count(finished_where)
         for record in list(live.values()):
             if record.terminal:  # its holder was gone: now finished

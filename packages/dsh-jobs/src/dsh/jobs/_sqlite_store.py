@@ -17,12 +17,12 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from dsh.jobs._holder import Holder
-from dsh.jobs._store import Done, JobRecord, JobStore, RecordFilter
+from dsh.jobs._store import Done, JobRecord, JobStore, Order, RecordFilter
 from dsh.jobs._types import JobStatus
 from dsh.jobs.errors import JobStoreError
 
@@ -185,9 +185,12 @@ class SqliteJobStore(JobStore):
     def _open(self) -> None:
         other = 'set [jobs] store to another path, or "memory"'
         path = Path(self.file)
+        if path.is_dir():
+            raise self._fail("it is a directory, not a file", other)
         try:
-            if not path.parent.exists():
-                path.parent.mkdir(mode=0o700, parents=True)
+            # Every directory dsh makes on the way is private (XDG asks 0700 of the state dir).
+            for missing in reversed([p for p in path.parents if not p.exists()]):
+                missing.mkdir(mode=0o700)
             if not path.exists():
                 os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
         except OSError as exc:
@@ -221,7 +224,7 @@ class SqliteJobStore(JobStore):
             )
         if "locked" in text or "busy" in text:
             return self._fail(
-                f"another process has held its write lock for over {OPEN_BUSY_S:.0f} s",
+                f"another process has held its write lock for over {OPEN_BUSY_S:g} s",
                 "stop that process (a stuck dsh or an open sqlite3 shell) or " + _other_path(),
                 exc,
             )
@@ -309,12 +312,14 @@ class SqliteJobStore(JobStore):
 
     def _commit(self, connection: sqlite3.Connection, batch: list[tuple[_Op, Done | None]]) -> None:
         give_up = time.monotonic() + WRITE_GIVE_UP_S
+        durable = False
         while True:
             try:
                 connection.execute("BEGIN IMMEDIATE")
                 for op, _ in batch:
                     op(connection)
                 connection.execute("COMMIT")
+                durable = True
                 break
             except sqlite3.OperationalError as exc:
                 if connection.in_transaction:
@@ -330,7 +335,9 @@ class SqliteJobStore(JobStore):
                 logger.warning("job store %s: a write failed; records may be stale", self.path)
                 logger.debug("job store write failure", exc_info=exc)
                 break
-        for _, done in batch:
+        # A write that failed is not durable: its callbacks do not run (the registry keeps the
+        # job in memory, so this process still answers for it).
+        for _, done in batch if durable else ():
             if done is not None:
                 try:
                     done()
@@ -443,23 +450,34 @@ class SqliteJobStore(JobStore):
                 self._readers.append(connection)
         return connection
 
-    def get(self, job_id: str) -> JobRecord | None:
-        row = self._reader().execute(f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
-        found = row.fetchone()
-        return _record(found) if found is not None else None
+    def _read(self, sql: str, values: Sequence[Any]) -> list[tuple[Any, ...]]:
+        if not self._closed:
+            return self._reader().execute(sql, values).fetchall()
+        # After close (a registry read once it has closed): a connection for this read alone.
+        connection = self._connect(WRITE_BUSY_S)
+        try:
+            return connection.execute(sql, values).fetchall()
+        finally:
+            connection.close()
 
-    def newest(self, where: RecordFilter, limit: int, offset: int = 0) -> list[JobRecord]:
+    def get(self, job_id: str) -> JobRecord | None:
+        rows = self._read(f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
+        return _record(rows[0]) if rows else None
+
+    def newest(
+        self, where: RecordFilter, limit: int, offset: int = 0, *, by: Order = "started"
+    ) -> list[JobRecord]:
         clause, values = _where(where)
-        rows = self._reader().execute(
-            f"SELECT {_COLUMNS} FROM jobs{clause} ORDER BY started_at DESC LIMIT ? OFFSET ?",
+        column = "finished_at" if by == "finished" else "started_at"
+        rows = self._read(
+            f"SELECT {_COLUMNS} FROM jobs{clause} ORDER BY {column} DESC LIMIT ? OFFSET ?",
             (*values, limit, offset),
         )
-        return [_record(row) for row in rows.fetchall()]
+        return [_record(row) for row in rows]
 
     def count(self, where: RecordFilter) -> int:
         clause, values = _where(where)
-        row = self._reader().execute(f"SELECT count(*) FROM jobs{clause}", values).fetchone()
-        return int(row[0])
+        return int(self._read(f"SELECT count(*) FROM jobs{clause}", values)[0][0])
 
     def kill_requests(self, holder: Holder) -> list[str]:
         return self._kill_ids(self._reader(), holder)

@@ -25,7 +25,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from dsh.jobs._holder import Holder, alive, this_process
 from dsh.jobs._types import TERMINAL_STATUSES, JobStatus
@@ -35,6 +35,7 @@ __all__ = [
     "JobRecord",
     "JobStore",
     "MemoryJobStore",
+    "Order",
     "RecordFilter",
 ]
 
@@ -42,6 +43,7 @@ __all__ = [
 HOLDER_GONE_DETAIL = "the process running this job exited before it settled"
 
 Done = Callable[[], None]
+Order = Literal["started", "finished"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,8 +159,11 @@ class JobStore(ABC):
         """One record, or ``None``."""
 
     @abstractmethod
-    def newest(self, where: RecordFilter, limit: int, offset: int = 0) -> list[JobRecord]:
-        """Records matching ``where``, newest start first."""
+    def newest(
+        self, where: RecordFilter, limit: int, offset: int = 0, *, by: Order = "started"
+    ) -> list[JobRecord]:
+        """Records matching ``where``, newest first: by start, or (``by="finished"``, for
+        finished records) by settlement."""
 
     @abstractmethod
     def count(self, where: RecordFilter) -> int:
@@ -241,14 +246,19 @@ class MemoryJobStore(JobStore):
             self._records[job_id] = claimed = replace(stored, holder=holder)
         return claimed
 
-    def _select(self, where: RecordFilter) -> list[JobRecord]:
+    def _select(self, where: RecordFilter, by: Order = "started") -> list[JobRecord]:
         with self._lock:
             chosen = [r for r in self._records.values() if _matches(r, where)]
-        chosen.sort(key=lambda r: r.started_at, reverse=True)
+        if by == "finished":
+            chosen.sort(key=lambda r: r.finished_at or 0.0, reverse=True)
+        else:
+            chosen.sort(key=lambda r: r.started_at, reverse=True)
         return chosen
 
-    def newest(self, where: RecordFilter, limit: int, offset: int = 0) -> list[JobRecord]:
-        return self._select(where)[offset : offset + limit]
+    def newest(
+        self, where: RecordFilter, limit: int, offset: int = 0, *, by: Order = "started"
+    ) -> list[JobRecord]:
+        return self._select(where, by)[offset : offset + limit]
 
     def count(self, where: RecordFilter) -> int:
         return len(self._select(where))

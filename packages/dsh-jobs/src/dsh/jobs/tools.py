@@ -14,6 +14,7 @@ from dsh.jobs._tool_base import (
     validate_arguments,
 )
 from dsh.jobs._tools import (
+    JOB_LIST_FINISHED_LINES,
     JOB_TOOL_NAMES,
     JOB_TOOLS_GUIDE,
     JobKillTool,
@@ -23,6 +24,7 @@ from dsh.jobs._tools import (
 )
 
 __all__ = [
+    "JOB_LIST_FINISHED_LINES",
     "JOB_TOOLS_GUIDE",
     "JOB_TOOL_NAMES",
     "JobKillTool",
