@@ -51,6 +51,7 @@ pytestmark = pytest.mark.real_product
 
 DSH = Path(sys.executable).with_name("dsh")
 COMMAND_LIMIT_S = 60.0
+KILLED_HERE = "[status: killed, stopped by dsh jobs kill]"
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,29 @@ async def test_a_detached_run_returns_at_once_and_another_process_collects_it(
     assert usage["output_tokens"] > 0
     assert await gone([worker]) == []
     assert await gone(product_processes(setup.root)) == []
+
+
+@pytest.mark.timeout(120)
+async def test_dsh_jobs_kill_returns_once_the_detached_run_s_processes_are_gone(
+    setup: Setup,
+) -> None:
+    setup.claude.queue_trickle(" ".join(["word"] * 200), interval_s=0.5)
+    started = await setup.dsh(
+        "run", "--profile", str(setup.profile), "--tool", "subagent_claude_code", "--detach", "x"
+    )
+    assert started.code == 0, started.err
+    job_id = started.out.strip()
+    await setup.claude.wait_for_requests(1, timeout=60)  # the product is mid-answer
+    worker = (await setup.job(job_id))["holder_pid"]
+    tree = [p for p in product_processes(setup.root) if p != worker]
+    assert tree, "the product's processes were not found before the kill"
+    killed = await setup.dsh("jobs", "kill", job_id, "--profile", str(setup.profile))
+    assert (killed.code, killed.out) == (0, f"stopped job {job_id} {KILLED_HERE}\n")
+    # Settled means the tree exited first: nothing of it is left the moment kill returns.
+    assert [p for p in tree if psutil.pid_exists(p) and _not_zombie(p)] == []
+    assert await gone([worker]) == []
+    again = await setup.dsh("jobs", "kill", job_id, "--profile", str(setup.profile))
+    assert again.out == f"job {job_id} had already finished {KILLED_HERE}\n"
 
 
 @asynccontextmanager

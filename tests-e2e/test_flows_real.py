@@ -9,6 +9,8 @@ Processes are counted by their dsh tree marker, restricted to markers owned by t
 from __future__ import annotations
 
 import asyncio
+import re
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +46,18 @@ FAILURES = {
     "authentication; HTTP status: 401; exit code: 1)",
 }
 SECRET_BODY = "flows-secret-error-body-3f9a"
+
+
+def started_id(started: ToolResult) -> str:
+    """The id a background start returned (random: ``subagent-<12 hex>``); the text names it
+    and the value carries it."""
+    match = re.fullmatch(r"started background subagent job (subagent-[0-9a-f]{12})", started.text)
+    assert match is not None, started.text
+    job_id = match.group(1)
+    assert started == ToolResult(
+        text=f"started background subagent job {job_id}", value={"job_id": job_id}
+    )
+    return job_id
 
 
 @dataclass
@@ -106,8 +120,11 @@ async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
                 {"kind": CLAUDE, "config": {"env": env, **common}},
             ]
         }
+        # An owner of its own: job records outlive the harness in the session's job store, and
+        # job_list shows every record of its owner.
+        caller = Caller(f"flows-session-{uuid.uuid4().hex}", str(workspace))
         async with Harness.from_profile(profile) as harness:
-            yield Stack(harness, codex, claude, Caller("flows-session", str(workspace)))
+            yield Stack(harness, codex, claude, caller)
 
 
 async def _owned() -> list[int]:
@@ -153,14 +170,12 @@ async def test_background_job_is_collected_with_job_output_wait(stack: Stack, pr
     started = await stack.delegate(
         product, "Finish FLOW-BG in the background.", run_in_background=True
     )
-    assert started == ToolResult(
-        text="started background subagent job subagent-1", value={"job_id": "subagent-1"}
-    )
-    read = await stack.call("job_output", job_id="subagent-1", wait=True, timeout_ms=60000)
+    job_id = started_id(started)
+    read = await stack.call("job_output", job_id=job_id, wait=True, timeout_ms=60000)
     assert read.text == f"{answer}\n[status: completed]"
     assert not read.is_error
     listed = await stack.call("job_list")
-    assert listed.text == "subagent-1 [subagent] completed — flow task"
+    assert listed.text == f"{job_id} [subagent] completed — flow task"
     assert stack.tasks(product) == ["Finish FLOW-BG in the background."]
     assert await _owned() == []
 
@@ -177,17 +192,17 @@ async def test_unread_background_job_sends_its_completion_notice(stack: Stack) -
     try:
         stack.answer(CODEX, "noticed answer")
         started = await stack.delegate(CODEX, "FLOW-NOTICE", run_in_background=True)
-        assert started.text == "started background subagent job subagent-1"
+        job_id = started_id(started)
         async with asyncio.timeout(60):
             await settled.wait()
     finally:
         unsubscribe()
     [event] = done
     assert event.notice == (
-        "background job subagent-1 (subagent: flow task) finished [status: completed]. "
+        f"background job {job_id} (subagent: flow task) finished [status: completed]. "
         "Read its output with job_output."
     )
-    read = await stack.call("job_output", job_id="subagent-1")
+    read = await stack.call("job_output", job_id=job_id)
     assert read.text == "noticed answer\n[status: completed]"
 
 
@@ -195,8 +210,8 @@ async def test_unread_background_job_sends_its_completion_notice(stack: Stack) -
 async def test_background_failure_shows_its_safe_diagnostic(stack: Stack, product: str) -> None:
     stack.fail(product)
     started = await stack.delegate(product, "FLOW-FAIL", run_in_background=True)
-    assert started.text == "started background subagent job subagent-1"
-    read = await stack.call("job_output", job_id="subagent-1", wait=True, timeout_ms=60000)
+    job_id = started_id(started)
+    read = await stack.call("job_output", job_id=job_id, wait=True, timeout_ms=60000)
     assert read.text == (
         f"(no new output)\n[status: failed, error; diagnostic: {FAILURES[product]}]"
     )
@@ -212,32 +227,35 @@ async def test_job_kill_mid_run_settles_killed_with_no_process_left(
 ) -> None:
     stack.hold_mid_turn(product)
     started = await stack.delegate(product, "FLOW-KILL", run_in_background=True)
-    assert started.text == "started background subagent job subagent-1"
+    job_id = started_id(started)
     await stack.request_arrived(product)
     if product == CODEX:
         await _wait_for(_has_sleep_descendant)  # the product's own command is running
     assert await _owned(), "the run's processes should be alive mid-turn"
-    killed = await stack.call("job_kill", job_id="subagent-1", reason="flow test")
-    assert killed.text == "requested cancellation of job subagent-1"
-    read = await stack.call("job_output", job_id="subagent-1", wait=True, timeout_ms=30000)
-    assert read.text == "(no new output)\n[status: killed, flow test]"
+    killed = await stack.call("job_kill", job_id=job_id, reason="flow test")
+    # job_kill returns once the job has settled, and it settles after its tree has exited.
+    assert killed.text == f"stopped job {job_id} [status: killed, flow test]"
+    assert not killed.is_error
     assert await _owned() == []
-    again = await stack.call("job_kill", job_id="subagent-1")
-    assert again.text == "job subagent-1 had already finished [status: killed, flow test]"
+    read = await stack.call("job_output", job_id=job_id, wait=True, timeout_ms=30000)
+    assert read.text == "(no new output)\n[status: killed, flow test]"
+    again = await stack.call("job_kill", job_id=job_id)
+    assert again.text == f"job {job_id} had already finished [status: killed, flow test]"
 
 
 async def test_owner_close_cancels_live_jobs_and_their_trees(stack: Stack) -> None:
     stack.hold_mid_turn(CLAUDE)
     started = await stack.delegate(CLAUDE, "FLOW-OWNER", run_in_background=True)
-    assert started.text == "started background subagent job subagent-1"
+    job_id = started_id(started)
     await stack.request_arrived(CLAUDE)
     assert await _owned()
     await stack.harness.jobs.close_owner(stack.caller)
     assert await _owned() == []
+    # The owner's record stays readable after its close, settled as killed.
     listed = await stack.call("job_list")
-    assert listed.text == "(no background jobs)"
-    gone = await stack.call("job_output", job_id="subagent-1")
-    assert gone == ToolResult(text="unknown job subagent-1", is_error=True)
+    assert listed.text == f"{job_id} [subagent] killed — flow task"
+    read = await stack.call("job_output", job_id=job_id)
+    assert (read.text, read.is_error) == ("(no new output)\n[status: killed]", False)
 
 
 @pytest.mark.parametrize("product", [CODEX, CLAUDE])

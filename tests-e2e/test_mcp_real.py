@@ -156,10 +156,14 @@ class Client:
 @asynccontextmanager
 async def mcp_client(profile: Path, workspace: Path) -> AsyncIterator[Client]:
     assert DSH.is_file(), f"the dsh console script is missing: {DSH}"
+    # The SDK passes the server only a few variables of its own environment: hand it the
+    # session's job store (tests-e2e/conftest.py), so it never writes the user's.
+    state = os.environ.get("XDG_STATE_HOME")
     params = StdioServerParameters(
         command=str(DSH),
         args=["mcp", "--profile", str(profile), "--cwd", str(workspace)],
         cwd=str(workspace),
+        env={"XDG_STATE_HOME": state} if state else None,
     )
     holder: list[Client] = []
 

@@ -10,6 +10,7 @@ servers (``products`` fixture).
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -21,11 +22,19 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
 
+from dsh.jobs import JobStatus
 from dsh.tool_subagent.langchain import AgentSession, langchain_tools
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(240)]
 
 Step = Callable[[list[BaseMessage]], Awaitable[AIMessage]]
+
+
+def started_id(text: str) -> str:
+    """The job id a background start named (random: ``subagent-<12 hex>``)."""
+    match = re.fullmatch(r"started background subagent job (subagent-[0-9a-f]{12})", text)
+    assert match is not None, text
+    return match.group(1)
 
 
 class ScriptedChatModel(BaseChatModel):
@@ -118,9 +127,8 @@ async def test_the_tools_are_dsh_mcps_tools_and_run_both_products(products: Any)
     async def list_once_done(messages: list[BaseMessage]) -> AIMessage:
         seen = texts(messages)
         for call_id in ("bg-codex", "bg-claude"):
-            assert seen[call_id].startswith("started background subagent job subagent-")
-            jobs[call_id] = seen[call_id].rpartition(" ")[2]
-        assert sorted(jobs.values()) == ["subagent-1", "subagent-2"]
+            jobs[call_id] = started_id(seen[call_id])
+        assert len(set(jobs.values())) == 2
         await products.settled(session.caller, 2)
         return calls(("job_list", "list", {}))
 
@@ -184,8 +192,12 @@ async def test_a_job_still_running_when_the_owner_closes_is_killed_with_its_tree
     async def start(messages: list[BaseMessage]) -> AIMessage:
         return calls(("subagent_codex", "c", bg("hold", "HOLD codex")))
 
+    started: list[str] = []
+
     async def leave(messages: list[BaseMessage]) -> AIMessage:
-        assert texts(messages) == {"c": "started background subagent job subagent-1"}
+        seen = texts(messages)
+        assert list(seen) == ["c"]
+        started.append(started_id(seen["c"]))
         await products.codex.wait_for_requests(1, timeout=60)
         return AIMessage(content="leaving the job behind")
 
@@ -193,9 +205,12 @@ async def test_a_job_still_running_when_the_owner_closes_is_killed_with_its_tree
         answer, _ = await run_agent(session, [start, leave])
         assert answer == "leaving the job behind"
         (job,) = products.harness.jobs.list(session.caller)
+        assert job.id == started[0]
         assert not job.terminal
     assert products.trees() == []
-    assert products.harness.jobs.list(None) == []
+    # The owner's close killed its job; the record stays readable.
+    (job,) = products.harness.jobs.list(session.caller)
+    assert (job.id, job.status) == (started[0], JobStatus.KILLED)
 
 
 async def test_a_product_failure_reaches_the_model_as_the_safe_text_only(products: Any) -> None:

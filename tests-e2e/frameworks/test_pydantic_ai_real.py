@@ -9,6 +9,7 @@ servers (``products`` fixture).
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -31,6 +32,13 @@ from dsh.tool_subagent.pydantic_ai import AgentSession, DshToolset
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(240)]
 
 Step = Callable[[ModelRequest, AgentInfo], Awaitable[ModelResponse]]
+
+
+def started_id(text: str) -> str:
+    """The job id a background start named (random: ``subagent-<12 hex>``)."""
+    match = re.fullmatch(r"started background subagent job (subagent-[0-9a-f]{12})", text)
+    assert match is not None, text
+    return match.group(1)
 
 
 def scripted(steps: Sequence[Step]) -> FunctionModel:
@@ -106,9 +114,9 @@ async def test_the_toolset_lists_each_tool_as_dsh_mcp_does_and_runs_both_product
 
     async def list_once_done(request: ModelRequest, info: AgentInfo) -> ModelResponse:
         for call_id, text in texts(request).items():
-            assert text.startswith("started background subagent job subagent-"), text
-            jobs[call_id] = text.rpartition(" ")[2]
-        assert sorted(jobs.values()) == ["subagent-1", "subagent-2"]
+            jobs[call_id] = started_id(text)
+        assert sorted(jobs) == ["bg-claude", "bg-codex"]
+        assert len(set(jobs.values())) == 2
         assert toolset.session is not None
         await products.settled(toolset.session.caller, 2)
         return ModelResponse(parts=[call("job_list", "list")])
@@ -180,6 +188,7 @@ async def test_a_job_still_running_when_the_run_ends_is_killed_with_its_tree(
 ) -> None:
     products.hold_both_mid_turn()
     toolset = DshToolset(products.harness)
+    left: list[tuple[Any, str]] = []  # the run's owner and its job
 
     async def start(request: ModelRequest, info: AgentInfo) -> ModelResponse:
         bg = {"run_in_background": True}
@@ -188,18 +197,22 @@ async def test_a_job_still_running_when_the_run_ends_is_killed_with_its_tree(
         )
 
     async def leave(request: ModelRequest, info: AgentInfo) -> ModelResponse:
-        assert texts(request) == {"c": "started background subagent job subagent-1"}
+        job_id = started_id(texts(request)["c"])
         await products.codex.wait_for_requests(1, timeout=60)
         session = toolset.session
         assert session is not None
+        left.append((session.caller, job_id))
         (job,) = session.harness.jobs.list(session.caller)
-        assert job.status == JobStatus.RUNNING
+        assert (job.id, job.status) == (job_id, JobStatus.RUNNING)
         return ModelResponse(parts=[TextPart("leaving the job behind")])
 
     result = await Agent(scripted([start, leave]), toolsets=[toolset]).run("go")
     assert result.output == "leaving the job behind"
     assert products.trees() == []
-    assert products.harness.jobs.list(None) == []  # the owner's records went with it
+    # The owner closed with the run: its job was killed, and its record stays readable.
+    ((owner, job_id),) = left
+    (job,) = products.harness.jobs.list(owner)
+    assert (job.id, job.status) == (job_id, JobStatus.KILLED)
 
 
 async def test_one_owner_across_runs_when_the_toolset_is_entered_by_the_caller(
@@ -217,12 +230,14 @@ async def test_one_owner_across_runs_when_the_toolset_is_entered_by_the_caller(
     async def stop(request: ModelRequest, info: AgentInfo) -> ModelResponse:
         return ModelResponse(parts=[TextPart(texts(request)["s"])])
 
+    started: list[str] = []
+
     async def collect(request: ModelRequest, info: AgentInfo) -> ModelResponse:
-        return ModelResponse(parts=[call("job_output", "o", job_id="subagent-1", wait=True)])
+        return ModelResponse(parts=[call("job_output", "o", job_id=started[0], wait=True)])
 
     async with toolset:
         first = await Agent(scripted([start, stop]), toolsets=[toolset]).run("start it")
-        assert first.output == "started background subagent job subagent-1"
+        started.append(started_id(first.output))
         second = await Agent(scripted([collect, stop_with("o")]), toolsets=[toolset]).run("read")
         assert second.output == "claude answer for the second run\n[status: completed]"
     assert toolset.session is None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -28,6 +29,9 @@ from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subprocess import Collect, SpawnSpec, default_runtime
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(240)]
+
+#: A background start's text; job ids are random (``subagent-<12 hex>``).
+STARTED = re.compile(r"started background subagent job (subagent-[0-9a-f]{12})")
 
 DSH = Path(sys.executable).with_name("dsh")
 
@@ -85,7 +89,7 @@ async def test_dsh_run_background_runs_the_job_on_a_worker_node(
     )
     assert code == 0, stderr
     assert stdout == "codex says: cli on ray\n"
-    assert "started background subagent job subagent-1" in stderr
+    assert STARTED.search(stderr), stderr
     (request,) = [r for r in setup.codex.requests if r.task == "cli on ray"]
     assert request.headers["authorization"] == f"Bearer {ray_kit.canary}"
 
@@ -138,10 +142,12 @@ async def test_dsh_mcp_serves_background_jobs_run_on_the_cluster(
                 "subagent_claude_code",
                 {"description": "mcp on ray", "prompt": "mcp job", "run_in_background": True},
             )
-            assert started == "started background subagent job subagent-1"
+            match = STARTED.fullmatch(started)
+            assert match is not None, started
+            job_id = match.group(1)
             listed = await call(session, "job_list", {})
-            assert listed.split(" ", 1)[0] == "subagent-1"
-            output = await call(session, "job_output", {"job_id": "subagent-1", "wait": True})
+            assert listed.split(" ", 1)[0] == job_id
+            output = await call(session, "job_output", {"job_id": job_id, "wait": True})
             assert output == "claude says: mcp job\n[status: completed]"
     assert "Traceback" not in stderr_path.read_text(encoding="utf-8")
 
@@ -181,7 +187,10 @@ class HostModel:
             return self._call("job_list", {})
         noticed = next(i for i, text in enumerate(results) if "finished [status:" in text)
         if len(results) == noticed + 1:
-            return self._call("job_output", {"job_id": "subagent-1"})
+            match = STARTED.search(results[0])
+            if match is None:  # no job id to read: end here (the test's checks then fail)
+                return Behaviour("text", text=HOST_DONE)
+            return self._call("job_output", {"job_id": match.group(1)})
         return Behaviour("text", text=HOST_DONE)
 
     @staticmethod
@@ -229,9 +238,10 @@ async def test_claude_code_as_mcp_host_runs_a_background_job_on_the_cluster(
     assert outcome.exit_code == 0, stderr[-3000:]
     assert process.collected("stdout").text.strip() == HOST_DONE, stderr[-3000:]
     results = model.results
-    assert "started background subagent job subagent-1" in results[0], results
+    match = STARTED.search(results[0])
+    assert match is not None, results
     notice = (
-        "background job subagent-1 (subagent: bg job) finished [status: completed]."
+        f"background job {match.group(1)} (subagent: bg job) finished [status: completed]."
         " Read its output with job_output."
     )
     assert sum(notice in text for text in results) == 1, results  # in a tool result, once

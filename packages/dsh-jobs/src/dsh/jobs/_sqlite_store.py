@@ -287,9 +287,11 @@ class SqliteJobStore(JobStore):
         last_poll = 0.0
         try:
             while True:
-                polling = self.kill_listener is not None and self.holding() > 0
+                # Woken at least twice a second, so a kill listener set at any time (a worker
+                # adopts its job after the store opened) is served; a poll with no live job
+                # here reads nothing.
                 try:
-                    item = self._queue.get(timeout=KILL_POLL_S if polling else None)
+                    item = self._queue.get(timeout=KILL_POLL_S)
                 except queue.Empty:
                     last_poll = self._poll_kills(connection)
                     continue
@@ -303,7 +305,7 @@ class SqliteJobStore(JobStore):
                 work = [entry for entry in batch if entry is not None]
                 if work:
                     self._commit(connection, work)
-                if polling and time.monotonic() - last_poll >= KILL_POLL_S:
+                if time.monotonic() - last_poll >= KILL_POLL_S:
                     last_poll = self._poll_kills(connection)
                 if stop:
                     return
@@ -349,7 +351,7 @@ class SqliteJobStore(JobStore):
 
     def _poll_kills(self, connection: sqlite3.Connection) -> float:
         holder, listener = self.kill_holder, self.kill_listener
-        if holder is not None and listener is not None:
+        if holder is not None and listener is not None and self.holding() > 0:
             try:
                 ids = self._kill_ids(connection, holder)
             except sqlite3.Error:

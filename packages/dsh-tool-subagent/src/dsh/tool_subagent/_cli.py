@@ -215,7 +215,8 @@ async def _run_main(args: argparse.Namespace) -> int:
     if not task.strip():
         print("dsh run: TASK is empty", file=sys.stderr)
         return EXIT_USAGE
-    harness = Harness.from_profile(args.profile, detach=args.detach)
+    # With --tool, only that tool's provider is built: another product is never imported.
+    harness = Harness.from_profile(args.profile, detach=args.detach, tool=args.tool)
     if args.background or args.detach:
         harness.open_job_store()  # an unusable store is refused before anything starts
     began = time.monotonic()

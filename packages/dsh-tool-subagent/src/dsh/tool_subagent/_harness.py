@@ -87,6 +87,35 @@ def default_profile() -> dict[str, Any]:
 PRODUCTS = {known.kind: known.product for known in KNOWN_PROVIDERS}
 
 
+def _provider_name(entry: ProviderEntry) -> str:
+    """The name a profile entry's provider will have: its ``provider_name``, else its kind (the
+    shipped providers' default)."""
+    name = entry.config.get("provider_name")
+    return name if isinstance(name, str) and name else entry.kind
+
+
+def _narrowed(
+    model: ProfileModel, tool: str, *, explicit_tools: bool
+) -> tuple[int, int | None] | None:
+    """The indices of the provider and of the ``[[tool]]`` (``None``: a default tool) that the
+    delegation tool ``tool`` needs, or ``None`` when the profile does not show them (the caller
+    then builds everything)."""
+    names = [_provider_name(e) for e in model.provider]
+    if explicit_tools:
+        found = [i for i, config in enumerate(model.tool) if config.tool_name == tool]
+        if len(found) != 1:
+            return None
+        tool_index: int | None = found[0]
+        wanted = model.tool[found[0]].provider
+    else:
+        matches = [name for name in names if default_tool_name(name) == tool]
+        if len(matches) != 1:
+            return None
+        tool_index, wanted = None, matches[0]
+    providers = [i for i, name in enumerate(names) if name == wanted]
+    return (providers[0], tool_index) if len(providers) == 1 else None
+
+
 def default_tool_name(provider_name: str) -> str:
     """``subagent_<name>``, with ``-`` turned into ``_`` (``subagent_claude_code``)."""
     return "subagent_" + provider_name.replace("-", "_")
@@ -137,12 +166,16 @@ class Harness:
         profile: str | os.PathLike[str] | Mapping[str, Any] | None = None,
         *,
         detach: bool = False,
+        tool: str | None = None,
     ) -> Self:
         """Build a harness from a TOML file, a mapping, or (``None``) the default profile.
 
         Building starts no process (and opens no job store). Errors raise
         :class:`ProfileError` naming table, index, field. ``detach`` runs every background job
         in a detached dsh process (``dsh run --detach``), as ``[jobs] keep_on_close`` does.
+        ``tool`` builds only that delegation tool and its provider (``dsh run --tool``: another
+        product's modules are never imported), when the profile shows which provider it needs;
+        otherwise, or if no such tool is found, everything is built.
         """
         data: Mapping[str, Any]
         is_default = profile is None
@@ -165,6 +198,22 @@ class Harness:
             model = ProfileModel.model_validate(data)
         except pydantic.ValidationError as exc:
             raise _problems(exc) from exc
+        only = None
+        if tool is not None:
+            only = _narrowed(model, tool, explicit_tools=not is_default and "tool" in data)
+        return cls._build(model, data, is_default, detach, only)
+
+    @classmethod
+    def _build(
+        cls,
+        model: ProfileModel,
+        data: Mapping[str, Any],
+        is_default: bool,
+        detach: bool,
+        only: tuple[int, int | None] | None,
+    ) -> Self:
+        """``only``: build just the provider at this index and the tool at that one (``None``:
+        the provider's default tool); errors still name each table's index in the profile."""
         executor: Executor
         if detach or model.jobs.keep_on_close:
             if model.jobs.store == MEMORY_STORE:
@@ -179,6 +228,8 @@ class Harness:
         kinds: dict[str, str] = {}
         entries: dict[str, tuple[str, dict[str, Any]]] = {}
         for index, entry in enumerate(model.provider):
+            if only is not None and index != only[0]:
+                continue
             try:
                 provider = load_provider(entry.kind, entry.config)
             except SubagentError as exc:
@@ -192,18 +243,26 @@ class Harness:
                 raise _at(f"provider[{index}].config.provider_name", exc) from exc
             kinds[provider.name] = entry.kind
             entries[provider.name] = (entry.kind, dict(entry.config))
-        tool_configs = list(model.tool)
-        if is_default or (not tool_configs and "tool" not in data):
+        # Each tool with its index in the profile, which errors name.
+        tool_configs = list(enumerate(model.tool))
+        if only is not None and only[1] is not None:
+            tool_configs = [tool_configs[only[1]]]
+        if is_default or (not model.tool and "tool" not in data):
             tool_configs = [
-                SubagentToolConfig(
-                    provider=name, tool_name=default_tool_name(name), max_depth="provider-managed"
+                (
+                    index,
+                    SubagentToolConfig(
+                        provider=name,
+                        tool_name=default_tool_name(name),
+                        max_depth="provider-managed",
+                    ),
                 )
-                for name in service.names()
+                for index, name in enumerate(service.names())
             ]
         jobs = JobRegistry(model.jobs, executor=executor)
         tools: list[Tool] = []
         seen = set(JOB_TOOL_NAMES)
-        for index, config in enumerate(tool_configs):
+        for index, config in tool_configs:
             if config.tool_name in seen:
                 raise _at(
                     f"tool[{index}].tool_name",
