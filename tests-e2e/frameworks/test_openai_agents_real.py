@@ -10,6 +10,7 @@ tools run the real Codex and the real Claude Code against their loopback model s
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -18,12 +19,20 @@ from agents import Agent, FunctionTool, RunConfig, Runner
 from agents.items import TResponseOutputItem
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
+from dsh.jobs import JobStatus
 from dsh.tool_subagent.openai_agents import AgentSession, function_tools
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(240)]
 
 Step = Callable[[ModelCall], Awaitable[Sequence[TResponseOutputItem]]]
 QUIET = RunConfig(tracing_disabled=True)
+
+
+def started_id(text: str) -> str:
+    """The job id a background start named (random: ``subagent-<12 hex>``)."""
+    match = re.fullmatch(r"started background subagent job (subagent-[0-9a-f]{12})", text)
+    assert match is not None, text
+    return match.group(1)
 
 
 def scripted(steps: Sequence[Step]) -> ScriptedModel:
@@ -96,9 +105,8 @@ async def test_the_function_tools_are_dsh_mcps_tools_and_run_both_products(
     async def list_once_done(model_call: ModelCall) -> Sequence[TResponseOutputItem]:
         seen = outputs(model_call)
         for call_id in ("bg-codex", "bg-claude"):
-            assert seen[call_id].startswith("started background subagent job subagent-")
-            jobs[call_id] = seen[call_id].rpartition(" ")[2]
-        assert sorted(jobs.values()) == ["subagent-1", "subagent-2"]
+            jobs[call_id] = started_id(seen[call_id])
+        assert len(set(jobs.values())) == 2
         await products.settled(session.caller, 2)
         return [call("job_list", "list")]
 
@@ -193,8 +201,12 @@ async def test_a_job_still_running_when_the_owner_closes_is_killed_with_its_tree
         bg = {"run_in_background": True}
         return [call("subagent_codex", "c", description="hold", prompt="HOLD codex", **bg)]
 
+    started: list[str] = []
+
     async def leave(model_call: ModelCall) -> Sequence[TResponseOutputItem]:
-        assert outputs(model_call) == {"c": "started background subagent job subagent-1"}
+        seen = outputs(model_call)
+        assert list(seen) == ["c"]
+        started.append(started_id(seen["c"]))
         await products.codex.wait_for_requests(1, timeout=60)
         return [assistant_message("leaving the job behind")]
 
@@ -202,9 +214,12 @@ async def test_a_job_still_running_when_the_owner_closes_is_killed_with_its_tree
         result = await Runner.run(agent_for(session, [start, leave]), "go", run_config=QUIET)
         assert result.final_output == "leaving the job behind"
         (job,) = products.harness.jobs.list(session.caller)
+        assert job.id == started[0]
         assert not job.terminal
     assert products.trees() == []
-    assert products.harness.jobs.list(None) == []
+    # The owner's close killed its job; the record stays readable.
+    (job,) = products.harness.jobs.list(session.caller)
+    assert (job.id, job.status) == (started[0], JobStatus.KILLED)
 
 
 async def test_a_product_failure_reaches_the_model_as_the_safe_text_only(products: Any) -> None:

@@ -13,14 +13,14 @@ from importlib import metadata as _metadata
 from dsh.jobs._executor import Executor, JobStarted, JobWork, LocalExecutor, PortableWork
 from dsh.jobs._executor_choice import RAY_EXTRA_HINT, executor_for
 from dsh.jobs._holder import Holder, this_process
-from dsh.jobs._registry import (
+from dsh.jobs._job import (
     JobOverview,
-    JobRegistry,
     attach_job_meta,
     current_job_id,
     detach_requested,
     snapshot_of,
 )
+from dsh.jobs._registry import JobRegistry
 from dsh.jobs._sqlite_store import SqliteJobStore
 from dsh.jobs._store import HOLDER_GONE_DETAIL, JobRecord, JobStore, MemoryJobStore, RecordFilter
 from dsh.jobs._store_choice import MEMORY_STORE, default_store_path, store_for, store_path

@@ -10,20 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import functools
 import logging
 import math
 import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 from dsh.jobs._executor import Executor, JobWork, PortableWork
 from dsh.jobs._executor_choice import executor_for
 from dsh.jobs._holder import this_process
+from dsh.jobs._job import (
+    CURRENT_JOB,
+    Job,
+    JobOverview,
+    joined,
+    new_id,
+    safe_exception_detail,
+    session_of,
+    snapshot_of,
+)
 from dsh.jobs._sqlite_store import SqliteJobStore
 from dsh.jobs._store import JobRecord, JobStore, RecordFilter
 from dsh.jobs._store_choice import store_for
@@ -39,21 +47,12 @@ from dsh.jobs._types import (
 from dsh.jobs.errors import (
     ForeignJobError,
     JobArgumentError,
-    JobExecutorError,
     JobLimitError,
     JobRegistryClosedError,
     UnknownJobError,
 )
 
-__all__ = [
-    "JobOverview",
-    "JobRegistry",
-    "JobWork",
-    "attach_job_meta",
-    "current_job_id",
-    "detach_requested",
-    "snapshot_of",
-]
+__all__ = ["JobRegistry", "JobWork"]
 
 logger = logging.getLogger("dsh.jobs")
 
@@ -63,141 +62,6 @@ JobDoneListener = Callable[[JobDone], object]
 REMOTE_POLL_S = 0.2
 #: The reason recorded when another process (``dsh jobs kill``) stopped a job held here.
 OUTSIDE_KILL_REASON = "stopped by dsh jobs kill"
-
-
-@dataclass(eq=False)
-class _Job:
-    id: str
-    kind: str
-    label: str
-    owner_session: str | None
-    started_at: float
-    origin: str
-    status: JobStatus = JobStatus.RUNNING
-    detail: str | None = None
-    output: str = ""
-    finished_at: float | None = None
-    reported: bool = False
-    kill_requested: bool = False
-    kill_reason: str | None = None
-    detached: bool = False
-    waiters: int = 0
-    noticed: bool = False
-    #: ``(reported, noticed)`` as the settlement wrote them.
-    settled_flags: tuple[bool, bool] | None = None
-    where: str | None = None
-    meta: Mapping[str, Any] | None = None
-    task: asyncio.Task[JobOutcome] | None = None
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    #: Set once the executor has begun the work (``started``), or when the job settles.
-    began: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def record(self, work: str | None = None) -> JobRecord:
-        return JobRecord(
-            id=self.id,
-            kind=self.kind,
-            label=self.label,
-            owner=self.owner_session,
-            origin=self.origin,
-            status=self.status,
-            started_at=self.started_at,
-            holder=this_process(),
-            detail=self.detail,
-            output=self.output,
-            finished_at=self.finished_at,
-            reported=self.reported,
-            noticed=self.noticed,
-            where=self.where,
-            meta=self.meta,
-            work=work,
-        )
-
-
-def snapshot_of(record: JobRecord) -> JobSnapshot:
-    """A record as a :class:`JobSnapshot`."""
-    finished = record.finished_at
-    return JobSnapshot(
-        id=record.id,
-        kind=record.kind,
-        label=record.label,
-        owner_session=record.owner,
-        status=record.status,
-        detail=record.detail,
-        started_at=datetime.fromtimestamp(record.started_at, UTC),
-        finished_at=datetime.fromtimestamp(finished, UTC) if finished is not None else None,
-        reported=record.reported,
-        where=record.where,
-        meta=record.meta,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class JobOverview:
-    """What ``job_list`` shows: the owner's live jobs, its newest finished ones, and how many
-    finished ones are left out."""
-
-    live: list[JobSnapshot]
-    finished: list[JobSnapshot]
-    more: int
-
-
-_CURRENT_JOB: contextvars.ContextVar[_Job | None] = contextvars.ContextVar(
-    "dsh.jobs.current_job", default=None
-)
-
-
-def current_job_id() -> str | None:
-    """The id of the job whose work is running in this task (``None`` outside a job's work).
-
-    Set where the registry runs the work, so work run in this process (``LocalExecutor``) sees
-    it, and so does an executor's ``execute``; work an executor runs elsewhere does not.
-    """
-    job = _CURRENT_JOB.get()
-    return job.id if job is not None else None
-
-
-def detach_requested() -> bool:
-    """Whether the job whose work runs in this task is being let go rather than killed
-    (:meth:`JobRegistry.detach_owner`): an executor whose work runs in a process of its own
-    then leaves that process running when it is cancelled."""
-    job = _CURRENT_JOB.get()
-    return job is not None and job.detached
-
-
-def attach_job_meta(meta: Mapping[str, Any]) -> bool:
-    """Keep ``meta`` as the host-only facts of the job whose work runs in this task.
-
-    For work that ends by raising (a killed job's cancellation), which returns no
-    :class:`JobOutcome` to carry them; an outcome's own ``meta`` replaces them. Returns whether
-    a job was there to take them (not outside a job's work, nor on a remote executor's worker).
-    """
-    job = _CURRENT_JOB.get()
-    if job is None:
-        return False
-    job.meta = dict(meta)
-    return True
-
-
-def _session_of(owner: JobOwner | None) -> str | None:
-    return None if owner is None else owner.session_id
-
-
-def _safe_exception_detail(exc: BaseException) -> str:
-    if isinstance(exc, JobExecutorError):
-        return str(exc)  # built by dsh from fixed words: safe by construction
-    # Only the type name: the registry cannot know whether an exception's text is safe for a
-    # model (it may carry paths, env values or product text). The text goes to the DEBUG log.
-    return type(exc).__name__
-
-
-def _joined(*parts: str | None) -> str | None:
-    return "; ".join(p for p in parts if p) or None
-
-
-def _new_id(kind: str) -> str:
-    # 48 random bits: unique across processes in practice (the store's primary key catches the
-    # rest) and not enumerable by another owner.
-    return f"{kind}-{secrets.token_hex(6)}"
 
 
 class JobRegistry:
@@ -225,7 +89,7 @@ class JobRegistry:
         if store is not None:
             self.executor.attach(store)
         self._origin = secrets.token_hex(8)
-        self._jobs: dict[str, _Job] = {}
+        self._jobs: dict[str, Job] = {}
         self._listeners: list[JobDoneListener] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -276,7 +140,7 @@ class JobRegistry:
             raise JobArgumentError("job kind must be non-empty")
         if not label or not label.strip():
             raise JobArgumentError("job label must be non-empty")
-        session = _session_of(owner)
+        session = session_of(owner)
         limit = self.config.max_concurrent_jobs_per_owner
         live = sum(
             1
@@ -292,10 +156,10 @@ class JobRegistry:
         loop = asyncio.get_running_loop()
         store = self.open_store()
         self._loop = loop
-        job_id = _new_id(kind)
+        job_id = new_id(kind)
         while job_id in self._jobs:
-            job_id = _new_id(kind)
-        job = _Job(
+            job_id = new_id(kind)
+        job = Job(
             id=job_id,
             kind=kind,
             label=label,
@@ -323,7 +187,7 @@ class JobRegistry:
         self.open_store()
         loop = asyncio.get_running_loop()
         self._loop = loop
-        job = _Job(
+        job = Job(
             id=record.id,
             kind=record.kind,
             label=record.label,
@@ -340,8 +204,8 @@ class JobRegistry:
         task.add_done_callback(functools.partial(self._on_task_done, job))
         return job.id
 
-    async def _run(self, job: _Job, work: JobWork) -> JobOutcome:
-        _CURRENT_JOB.set(job)  # the job task's own context: its work can tell its id
+    async def _run(self, job: Job, work: JobWork) -> JobOutcome:
+        CURRENT_JOB.set(job)  # the job task's own context: its work can tell its id
 
         def started(where: str | None) -> None:
             job.began.set()
@@ -360,7 +224,7 @@ class JobRegistry:
             raise TypeError("job work must return a JobOutcome")
         return outcome
 
-    def _on_task_done(self, job: _Job, task: asyncio.Task[JobOutcome]) -> None:
+    def _on_task_done(self, job: Job, task: asyncio.Task[JobOutcome]) -> None:
         if job.done.is_set():
             return
         status: JobStatus
@@ -373,10 +237,10 @@ class JobRegistry:
             if job.kill_requested:
                 status, detail = (
                     JobStatus.KILLED,
-                    _joined(job.kill_reason, _safe_exception_detail(exc)),
+                    joined(job.kill_reason, safe_exception_detail(exc)),
                 )
             else:
-                status, detail = JobStatus.FAILED, _safe_exception_detail(exc)
+                status, detail = JobStatus.FAILED, safe_exception_detail(exc)
         else:
             outcome = task.result()
             if outcome.meta is not None:
@@ -385,13 +249,13 @@ class JobRegistry:
                 status, detail = JobStatus.KILLED, job.kill_reason
             elif job.kill_requested:
                 # The work's own facts about the kill (a failed teardown, say) follow the reason.
-                status, detail = JobStatus.KILLED, _joined(job.kill_reason, outcome.detail)
+                status, detail = JobStatus.KILLED, joined(job.kill_reason, outcome.detail)
                 output = outcome.output or ""
             else:
                 status, detail, output = outcome.status, outcome.detail, outcome.output or ""
         self._settle(job, status, detail, output)
 
-    def _settle(self, job: _Job, status: JobStatus, detail: str | None, output: str) -> None:
+    def _settle(self, job: Job, status: JobStatus, detail: str | None, output: str) -> None:
         if job.detached:
             # Let go, still running in a process of its own: that process settles the record.
             job.done.set()
@@ -418,7 +282,7 @@ class JobRegistry:
                 logger.warning("a job-done listener raised for job %s", job.id)
                 logger.debug("job-done listener failure", exc_info=True)
 
-    def _durable(self, job: _Job) -> None:
+    def _durable(self, job: Job) -> None:
         """The settled record is in the store: memory may let the job go (any thread)."""
         loop = self._loop
         if loop is None or loop.is_closed():
@@ -429,7 +293,7 @@ class JobRegistry:
         except RuntimeError:
             self._forget(job)
 
-    def _forget(self, job: _Job) -> None:
+    def _forget(self, job: Job) -> None:
         if self._jobs.get(job.id) is job:
             del self._jobs[job.id]
             if job.settled_flags != (job.reported, job.noticed):
@@ -460,7 +324,7 @@ class JobRegistry:
         A host that delivers notices between model turns calls this; a job the model already
         read, waited to completion or killed by then yields none.
         """
-        session = _session_of(caller)
+        session = session_of(caller)
         if session is None:
             return []
         notices = []
@@ -483,14 +347,14 @@ class JobRegistry:
             return None
         return self.store.correct([record])[0]
 
-    def _find(self, job_id: str, caller: JobOwner | None) -> tuple[_Job | None, JobRecord]:
+    def _find(self, job_id: str, caller: JobOwner | None) -> tuple[Job | None, JobRecord]:
         """The job in memory (if it is here) and its record; unknown and foreign both raise
         an error whose text is ``unknown job <id>``."""
         job = self._jobs.get(job_id)
         record = job.record() if job is not None else self._stored(job_id)
         if record is None:
             raise UnknownJobError(job_id)
-        session = _session_of(caller)
+        session = session_of(caller)
         if record.owner is None:
             if record.origin != self._origin:
                 raise ForeignJobError(job_id)
@@ -515,12 +379,12 @@ class JobRegistry:
     def list(self, caller: JobOwner | None) -> list[JobSnapshot]:
         """The caller's jobs plus the unowned ones this registry started, in start order,
         from every process that shares the store (up to its retention)."""
-        return [snapshot_of(r) for r in self._records_of(_session_of(caller))]
+        return [snapshot_of(r) for r in self._records_of(session_of(caller))]
 
     def overview(self, caller: JobOwner | None, finished_limit: int) -> JobOverview:
         """The caller's live jobs (oldest first) and its ``finished_limit`` newest finished
         ones (newest first), plus how many finished ones that leaves out; bounded reads."""
-        session = _session_of(caller) or ""
+        session = session_of(caller) or ""
         store = self.store
         live_where = RecordFilter(owner=session, origin=self._origin, live=True)
         live = {r.id: r for r in store.correct(store.newest(live_where, 1 << 16))}
@@ -533,7 +397,7 @@ class JobRegistry:
                 finished[record.id] = record
                 total += 1
         for job in self._jobs.values():
-            if job.owner_session not in (_session_of(caller), None):
+            if job.owner_session not in (session_of(caller), None):
                 continue
             record = job.record()
             if record.terminal:
@@ -579,7 +443,7 @@ class JobRegistry:
         self._request_kill(job, reason)
         return "requested"
 
-    def _request_kill(self, job: _Job, reason: str | None) -> None:
+    def _request_kill(self, job: Job, reason: str | None) -> None:
         if not job.kill_requested:
             job.kill_requested = True
             job.kill_reason = reason or None
@@ -650,14 +514,14 @@ class JobRegistry:
         its work runs after the first); this waits for it like for the others. Cancelling the
         caller does not cut the wait short: it re-raises once every covered job has settled.
         """
-        session = _session_of(owner)
+        session = session_of(owner)
         await self._close(job for job in self._jobs.values() if job.owner_session == session)
 
     async def detach_owner(self, owner: JobOwner | None) -> None:
         """Let the owner's live jobs go on without this registry, where the executor runs each
         in a process of its own (``Executor.detaches``); kill the others as :meth:`close_owner`
         does. A detached job's process records its outcome itself."""
-        session = _session_of(owner)
+        session = session_of(owner)
         mine = [j for j in self._jobs.values() if j.owner_session == session]
         if self.executor.detaches:
             for job in mine:
@@ -698,7 +562,7 @@ class JobRegistry:
             await close  # the close is bounded: it writes what is queued, then returns
             raise
 
-    async def _close(self, selected: Iterable[_Job]) -> None:
+    async def _close(self, selected: Iterable[Job]) -> None:
         jobs = list(selected)
         for job in jobs:
             if not job.done.is_set():
