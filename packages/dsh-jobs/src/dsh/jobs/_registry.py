@@ -327,8 +327,14 @@ class JobRegistry:
         session = session_of(caller)
         if session is None:
             return []
+        # Only the few records a notice is still due for are read, not the owner's history.
+        where = RecordFilter(owner=session, live=False, unnoticed=True)
+        due = {r.id: r for r in self.store.newest(where, 1 << 16)}
+        for held in self._jobs.values():
+            if held.owner_session == session and held.done.is_set():
+                due[held.id] = held.record()
         notices = []
-        for record in self._records_of(session, live=False):
+        for record in sorted(due.values(), key=lambda r: r.started_at):
             if record.origin != self._origin or record.reported or record.noticed:
                 continue
             job = self._jobs.get(record.id)

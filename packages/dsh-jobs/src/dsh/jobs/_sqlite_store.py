@@ -130,6 +130,8 @@ def _where(where: RecordFilter) -> tuple[str, list[Any]]:
         values.append(where.since)
     if where.live is not None:
         clauses.append("finished_at IS NULL" if where.live else "finished_at IS NOT NULL")
+    if where.unnoticed:
+        clauses.append("reported = 0 AND noticed = 0")
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", values
 
 

@@ -86,6 +86,8 @@ class RecordFilter:
     #: Only records started at or after this time (seconds since the epoch).
     since: float | None = None
     live: bool | None = None
+    #: Only records neither reported nor noticed (a completion notice is still due).
+    unnoticed: bool = False
 
 
 def _matches(record: JobRecord, where: RecordFilter) -> bool:
@@ -97,6 +99,8 @@ def _matches(record: JobRecord, where: RecordFilter) -> bool:
     if where.statuses is not None and str(record.status) not in where.statuses:
         return False
     if where.since is not None and record.started_at < where.since:
+        return False
+    if where.unnoticed and (record.reported or record.noticed):
         return False
     return where.live is None or where.live != record.terminal
 
