@@ -18,6 +18,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +70,12 @@ CREATE TABLE jobs (
     work TEXT
 );
 CREATE INDEX jobs_by_owner ON jobs (owner, started_at);
+CREATE INDEX jobs_by_owner_finished ON jobs (owner, finished_at) WHERE finished_at IS NOT NULL;
 CREATE INDEX jobs_by_start ON jobs (started_at);
 CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
 CREATE INDEX jobs_live ON jobs (holder_pid) WHERE finished_at IS NULL;
+CREATE INDEX jobs_notice_due ON jobs (owner)
+    WHERE finished_at IS NOT NULL AND reported = 0 AND noticed = 0;
 PRAGMA user_version = {SCHEMA_VERSION};
 PRAGMA application_id = {APPLICATION_ID};
 """
@@ -112,9 +116,10 @@ def _record(row: tuple[Any, ...]) -> JobRecord:
     )
 
 
-def _where(where: RecordFilter) -> tuple[str, list[Any]]:
-    clauses: list[str] = []
-    values: list[Any] = []
+def _where(where: RecordFilter, *extra: tuple[str, Any]) -> tuple[str, list[Any]]:
+    """``where`` (and ``extra`` clauses with one value each) as SQL and its values."""
+    clauses = [clause for clause, _ in extra]
+    values: list[Any] = [value for _, value in extra]
     if where.owner is not None:
         if where.origin:
             clauses.append("(owner = ? OR (owner IS NULL AND origin = ?))")
@@ -133,6 +138,12 @@ def _where(where: RecordFilter) -> tuple[str, list[Any]]:
     if where.unnoticed:
         clauses.append("reported = 0 AND noticed = 0")
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", values
+
+
+def _order_key(record: JobRecord, by: Order) -> float:
+    if by == "finished":
+        return record.finished_at or 0.0
+    return record.started_at
 
 
 def _reason(exc: BaseException) -> str:
@@ -471,8 +482,24 @@ class SqliteJobStore(JobStore):
     def newest(
         self, where: RecordFilter, limit: int, offset: int = 0, *, by: Order = "started"
     ) -> list[JobRecord]:
-        clause, values = _where(where)
         column = "finished_at" if by == "finished" else "started_at"
+        if where.owner is not None and where.origin:
+            # An owner's records and this registry's unowned ones: two index-ordered pages,
+            # merged (one query with an OR would sort every matching row first).
+            unowned = replace(where, owner=None, origin=None)
+            parts = [
+                _where(replace(where, origin=None)),
+                _where(unowned, ("owner IS NULL AND origin = ?", where.origin)),
+            ]
+            rows = []
+            for clause, values in parts:
+                rows += self._read(
+                    f"SELECT {_COLUMNS} FROM jobs{clause} ORDER BY {column} DESC LIMIT ?",
+                    (*values, offset + limit),
+                )
+            records = sorted(map(_record, rows), key=lambda r: _order_key(r, by), reverse=True)
+            return records[offset : offset + limit]
+        clause, values = _where(where)
         rows = self._read(
             f"SELECT {_COLUMNS} FROM jobs{clause} ORDER BY {column} DESC LIMIT ? OFFSET ?",
             (*values, limit, offset),
