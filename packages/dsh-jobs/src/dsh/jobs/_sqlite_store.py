@@ -41,6 +41,7 @@ OPEN_BUSY_S = 3.0
 WRITE_BUSY_S = 5.0
 WRITE_GIVE_UP_S = 60.0
 KILL_POLL_S = 0.5
+CACHE_KIB = 256
 #: Prune on open and after this many settlements.
 PRUNE_EVERY = 100
 
@@ -250,6 +251,9 @@ class SqliteJobStore(JobStore):
             self.file, timeout=busy_s, isolation_level=None, check_same_thread=False
         )
         connection.execute(f"PRAGMA busy_timeout = {int(busy_s * 1000)}")
+        # A bounded page cache per connection: a store at its retention is well under 1 MB,
+        # so the cache stays small and a long-lived server's memory does not follow the file.
+        connection.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
         return connection
 
     def _check_schema(self, connection: sqlite3.Connection) -> None:

@@ -225,7 +225,8 @@ class MemoryJobStore(JobStore):
             if stored is None or not stored.terminal:
                 self._records[record.id] = replace(record, work=None)
                 self._finished += 1
-                over = self._finished > self.retention_count
+                # Pruned in bulk, once a tenth over the count: never a sort per settlement.
+                over = self._finished > self.retention_count + max(10, self.retention_count // 10)
         if over:
             self.prune()
         if done is not None:
