@@ -178,9 +178,10 @@ async def gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:
 
 def _not_zombie(pid: int) -> bool:
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        status: str = psutil.Process(pid).status()
     except psutil.Error:
         return False
+    return bool(status != psutil.STATUS_ZOMBIE)
 
 
 @pytest.mark.timeout(180)
@@ -281,7 +282,8 @@ def _server_pid(profile: Path) -> int:
         except psutil.Error:
             continue
         if "mcp" in cmdline and str(profile) in cmdline:
-            return child.pid
+            pid: int = child.pid
+            return pid
     raise AssertionError("the dsh mcp server process was not found")
 
 

@@ -123,6 +123,7 @@ async def test_dsh_mcp_serves_background_jobs_run_on_the_cluster(
 ) -> None:
     profile = write_profile(setup, tmp_path / "profile.toml")
     env = {"PATH": os.environ["PATH"], "HOME": os.environ["HOME"], **ray_kit.driver_env()}
+    env["XDG_STATE_HOME"] = os.environ["XDG_STATE_HOME"]  # the session's job store
     params = StdioServerParameters(
         command=str(DSH),
         args=["mcp", "--profile", str(profile), "--cwd", str(setup.workspace)],

@@ -14,6 +14,7 @@ import functools
 import logging
 import math
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -91,6 +92,10 @@ class JobRegistry:
         self._origin = secrets.token_hex(8)
         self._jobs: dict[str, Job] = {}
         self._listeners: list[JobDoneListener] = []
+        # Flag changes (reported, noticed, kill_requested) queued to the store and not yet
+        # durable, with how many writes are in flight: this registry's reads see them at once.
+        self._pending: dict[str, tuple[dict[str, bool], int]] = {}
+        self._pending_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
@@ -129,6 +134,39 @@ class JobRegistry:
             job = self._jobs.get(job_id)
             if job is not None and not job.done.is_set():
                 self._request_kill(job, OUTSIDE_KILL_REASON)
+
+    # -- what this registry wrote, before the store has it ---------------------------------
+
+    def _flag(self, job_id: str, changes: dict[str, bool]) -> None:
+        """Queue flag changes of a stored job; this registry's reads see them at once."""
+        with self._pending_lock:
+            flags, writes = self._pending.get(job_id, ({}, 0))
+            self._pending[job_id] = ({**flags, **changes}, writes + 1)
+        self.store.update(job_id, changes, functools.partial(self._flag_landed, job_id))
+
+    def _flag_landed(self, job_id: str) -> None:  # on the store's writer thread
+        with self._pending_lock:
+            flags, writes = self._pending[job_id]
+            if writes <= 1:
+                del self._pending[job_id]
+            else:
+                self._pending[job_id] = (flags, writes - 1)
+
+    def _seen(self, records: Iterable[JobRecord]) -> list[JobRecord]:
+        """Stored records as this registry last changed them, whose holder is checked."""
+        out = []
+        for record in self.store.correct(records):
+            pending = self._pending.get(record.id)
+            if pending is not None:
+                flags = pending[0]
+                record = replace(
+                    record,
+                    reported=flags.get("reported", record.reported),
+                    noticed=flags.get("noticed", record.noticed),
+                    kill_requested=flags.get("kill_requested", record.kill_requested),
+                )
+            out.append(record)
+        return out
 
     # -- starting ---------------------------------------------------------------------------
 
@@ -298,7 +336,7 @@ class JobRegistry:
             del self._jobs[job.id]
             if job.settled_flags != (job.reported, job.noticed):
                 # A read since the settlement follows the job into the store.
-                self.store.update(job.id, {"reported": job.reported, "noticed": job.noticed})
+                self._flag(job.id, {"reported": job.reported, "noticed": job.noticed})
 
     # -- listeners --------------------------------------------------------------------------
 
@@ -329,7 +367,7 @@ class JobRegistry:
             return []
         # Only the few records a notice is still due for are read, not the owner's history.
         where = RecordFilter(owner=session, live=False, unnoticed=True)
-        due = {r.id: r for r in self.store.newest(where, 1 << 16)}
+        due = {r.id: r for r in self._seen(self.store.newest(where, 1 << 16))}
         for held in self._jobs.values():
             if held.owner_session == session and held.done.is_set():
                 due[held.id] = held.record()
@@ -341,7 +379,7 @@ class JobRegistry:
             if job is not None:
                 job.noticed = True
             else:
-                self.store.update(record.id, {"noticed": True})
+                self._flag(record.id, {"noticed": True})
             notices.append(completion_notice(snapshot_of(record)))
         return notices
 
@@ -351,7 +389,7 @@ class JobRegistry:
         record = self.store.get(job_id)
         if record is None:
             return None
-        return self.store.correct([record])[0]
+        return self._seen([record])[0]
 
     def _find(self, job_id: str, caller: JobOwner | None) -> tuple[Job | None, JobRecord]:
         """The job in memory (if it is here) and its record; unknown and foreign both raise
@@ -372,7 +410,7 @@ class JobRegistry:
         """The session's records and the unowned ones this registry started, in start order:
         the store's, with memory's newer copies of the jobs still here."""
         where = RecordFilter(owner=session or "", origin=self._origin, live=live)
-        stored = {r.id: r for r in self.store.correct(self.store.newest(where, 1 << 30))}
+        stored = {r.id: r for r in self._seen(self.store.newest(where, 1 << 30))}
         for job in self._jobs.values():
             if job.owner_session in (session, None):
                 record = job.record()
@@ -389,35 +427,40 @@ class JobRegistry:
 
     def overview(self, caller: JobOwner | None, finished_limit: int) -> JobOverview:
         """The caller's live jobs (oldest first) and its ``finished_limit`` newest finished
-        ones (newest first), plus how many finished ones that leaves out; bounded reads."""
-        session = session_of(caller) or ""
+        ones (newest first), plus how many finished ones that leaves out; bounded reads.
+
+        The jobs held in memory here are read from memory and left out of the store's page
+        and count, so a settlement written between two reads is never counted twice.
+        """
+        session = session_of(caller)
+        mine = [job for job in self._jobs.values() if job.owner_session in (session, None)]
+        here = tuple(job.id for job in mine)
         store = self.store
-        live_where = RecordFilter(owner=session, origin=self._origin, live=True)
-        live = {r.id: r for r in store.correct(store.newest(live_where, 1 << 16))}
-        finished_where = RecordFilter(owner=session, origin=self._origin, live=False)
-        finished = {r.id: r for r in store.newest(finished_where, finished_limit, by="finished")}
+        owner = session or ""
+        live_where = RecordFilter(owner=owner, origin=self._origin, live=True, exclude=here)
+        live = {r.id: r for r in self._seen(store.newest(live_where, 1 << 16))}
+        finished_where = RecordFilter(owner=owner, origin=self._origin, live=False, exclude=here)
+        page = store.newest(finished_where, finished_limit, by="finished")
+        finished = {r.id: r for r in self._seen(page)}
         total = store.count(finished_where)
         for record in list(live.values()):
-            if record.terminal:  # its holder was gone: now finished
+            if record.terminal:  # its holder was gone: settled as this read found it
                 del live[record.id]
                 finished[record.id] = record
                 total += 1
-        for job in self._jobs.values():
-            if job.owner_session not in (session_of(caller), None):
-                continue
+        for job in mine:
             record = job.record()
             if record.terminal:
-                live.pop(job.id, None)
-                if job.id not in finished:
-                    total += 1
                 finished[job.id] = record
+                total += 1
             else:
                 live[job.id] = record
         newest = sorted(finished.values(), key=lambda r: r.finished_at or 0.0, reverse=True)
+        shown = newest[:finished_limit]
         return JobOverview(
             live=[snapshot_of(r) for r in sorted(live.values(), key=lambda r: r.started_at)],
-            finished=[snapshot_of(r) for r in newest[:finished_limit]],
-            more=max(0, total - min(finished_limit, len(newest))),
+            finished=[snapshot_of(r) for r in shown],
+            more=max(0, total - len(shown)),
         )
 
     def get(self, job_id: str, caller: JobOwner | None) -> JobSnapshot:
@@ -431,7 +474,7 @@ class JobRegistry:
         if job is not None:
             job.reported = True
         elif not record.reported:
-            self.store.update(job_id, {"reported": True})
+            self._flag(job_id, {"reported": True})
         return record.output
 
     def kill(self, job_id: str, caller: JobOwner | None, reason: str | None = None) -> str:
@@ -443,7 +486,7 @@ class JobRegistry:
         if record.terminal:
             return "already-finished"
         if job is None:
-            self.store.update(job_id, {"kill_requested": True, "reported": True})
+            self._flag(job_id, {"kill_requested": True, "reported": True})
             return "requested"
         job.reported = True
         self._request_kill(job, reason)
@@ -484,7 +527,7 @@ class JobRegistry:
             await asyncio.sleep(min(REMOTE_POLL_S, max(0.0, deadline - time.monotonic())))
             record = self._stored(record.id) or record
         if record.terminal and not record.reported:
-            self.store.update(record.id, {"reported": True})
+            self._flag(record.id, {"reported": True})
             record = replace(record, reported=True)
         return snapshot_of(record)
 

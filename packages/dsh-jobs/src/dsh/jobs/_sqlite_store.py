@@ -138,6 +138,9 @@ def _where(where: RecordFilter, *extra: tuple[str, Any]) -> tuple[str, list[Any]
         clauses.append("finished_at IS NULL" if where.live else "finished_at IS NOT NULL")
     if where.unnoticed:
         clauses.append("reported = 0 AND noticed = 0")
+    if where.exclude:
+        clauses.append(f"id NOT IN ({', '.join('?' * len(where.exclude))})")
+        values += list(where.exclude)
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", values
 
 

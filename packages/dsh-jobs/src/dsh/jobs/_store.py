@@ -88,6 +88,8 @@ class RecordFilter:
     live: bool | None = None
     #: Only records neither reported nor noticed (a completion notice is still due).
     unnoticed: bool = False
+    #: Leave these ids out (the registry's own copies of them are newer).
+    exclude: tuple[str, ...] = ()
 
 
 def _matches(record: JobRecord, where: RecordFilter) -> bool:
@@ -101,6 +103,8 @@ def _matches(record: JobRecord, where: RecordFilter) -> bool:
     if where.since is not None and record.started_at < where.since:
         return False
     if where.unnoticed and (record.reported or record.noticed):
+        return False
+    if record.id in where.exclude:
         return False
     return where.live is None or where.live != record.terminal
 
