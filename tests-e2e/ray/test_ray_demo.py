@@ -21,7 +21,7 @@ from dsh.subprocess import Collect, SpawnSpec, default_runtime, marked_processes
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(240)]
 
-JOB = r"subagent-\d+"
+JOB = r"subagent-[0-9a-f]{12}"
 COUNTS = r"dsh-marked processes: [1-9]\d* mid-turn → 0 after"
 #: Each row's scenario, product and what its outcome must match on the Ray executor (the exact
 #: local texts are tests-e2e/test_demo.py's; here, what moved to the cluster is checked).
