@@ -456,3 +456,44 @@ def test_ctrl_c_cancels_the_run_closes_it_and_exits_130(tmp_path: Path, fake_kin
     assert BUILT[0].runs
     assert BUILT[0].open_runs == ()  # the run was closed before the command returned
     assert BUILT[0].requests[0].parent.cwd == str(tmp_path)
+
+
+@pytest.mark.usefixtures("fake_kind")
+def test_one_tool_builds_only_its_provider() -> None:
+    """``dsh run`` builds only the tool it runs and that tool's provider, so another product's
+    modules are never imported; an unknown tool builds everything (its error lists them all)."""
+    loaded: list[str] = []
+
+    def counting(kind: str, config: Any = None) -> FakeProvider:
+        loaded.append(dict(config or {}).get("provider_name", "fake"))
+        return fake_load_provider(kind, config)
+
+    two: dict[str, Any] = {
+        "provider": [
+            {"kind": "fake", "config": {"provider_name": "one"}},
+            {"kind": "fake", "config": {"provider_name": "two"}},
+        ]
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(harness_module, "load_provider", counting)
+        second = Harness.from_profile(two, tool="subagent_two", one_tool=True)
+        assert (loaded, [t.name for t in second.delegation_tools]) == (["two"], ["subagent_two"])
+        loaded.clear()
+        first = Harness.from_profile(two, one_tool=True)
+        assert (loaded, [t.name for t in first.delegation_tools]) == (["one"], ["subagent_one"])
+        loaded.clear()
+        Harness.from_profile(two, tool="nope", one_tool=True)
+        assert loaded == ["one", "two"]
+        loaded.clear()
+        tool_a = {"provider": "one", "tool_name": "a", "max_depth": "provider-managed"}
+        tool_b = {"provider": "two", "tool_name": "b", "max_depth": "provider-managed"}
+        explicit = {**two, "tool": [tool_a, tool_b]}
+        chosen = Harness.from_profile(explicit, tool="b", one_tool=True)
+        assert (loaded, [t.name for t in chosen.delegation_tools]) == (["two"], ["b"])
+        # Errors still name the table's index in the profile, not in the narrowed build.
+        broken = {
+            **explicit,
+            "tool": [explicit["tool"][0], {"provider": "two", "tool_name": "job_list"}],
+        }
+        with pytest.raises(ProfileError, match=r"^tool\[1\]\.tool_name"):
+            Harness.from_profile(broken, tool="job_list", one_tool=True)

@@ -215,8 +215,9 @@ async def _run_main(args: argparse.Namespace) -> int:
     if not task.strip():
         print("dsh run: TASK is empty", file=sys.stderr)
         return EXIT_USAGE
-    # With --tool, only that tool's provider is built: another product is never imported.
-    harness = Harness.from_profile(args.profile, detach=args.detach, tool=args.tool)
+    # Only the chosen tool (--tool, else the first) and its provider are built: another
+    # product's modules are never imported.
+    harness = Harness.from_profile(args.profile, detach=args.detach, tool=args.tool, one_tool=True)
     if args.background or args.detach:
         harness.open_job_store()  # an unusable store is refused before anything starts
     began = time.monotonic()

@@ -95,12 +95,19 @@ def _provider_name(entry: ProviderEntry) -> str:
 
 
 def _narrowed(
-    model: ProfileModel, tool: str, *, explicit_tools: bool
+    model: ProfileModel, tool: str | None, *, explicit_tools: bool
 ) -> tuple[int, int | None] | None:
     """The indices of the provider and of the ``[[tool]]`` (``None``: a default tool) that the
-    delegation tool ``tool`` needs, or ``None`` when the profile does not show them (the caller
-    then builds everything)."""
+    delegation tool ``tool`` (``None``: the first one) needs, or ``None`` when the profile does
+    not show them (the caller then builds everything)."""
     names = [_provider_name(e) for e in model.provider]
+    if tool is None:
+        if explicit_tools and model.tool:
+            tool = model.tool[0].tool_name
+        elif not explicit_tools and names:
+            tool = default_tool_name(names[0])
+        else:
+            return None
     if explicit_tools:
         found = [i for i, config in enumerate(model.tool) if config.tool_name == tool]
         if len(found) != 1:
@@ -167,15 +174,17 @@ class Harness:
         *,
         detach: bool = False,
         tool: str | None = None,
+        one_tool: bool = False,
     ) -> Self:
         """Build a harness from a TOML file, a mapping, or (``None``) the default profile.
 
         Building starts no process (and opens no job store). Errors raise
         :class:`ProfileError` naming table, index, field. ``detach`` runs every background job
         in a detached dsh process (``dsh run --detach``), as ``[jobs] keep_on_close`` does.
-        ``tool`` builds only that delegation tool and its provider (``dsh run --tool``: another
-        product's modules are never imported), when the profile shows which provider it needs;
-        otherwise, or if no such tool is found, everything is built.
+        ``one_tool`` builds only the delegation tool named ``tool`` (``None``: the first one) and
+        its provider (``dsh run``: another product's modules are never imported), when the
+        profile shows which provider that is; otherwise, or if no such tool is found, everything
+        is built.
         """
         data: Mapping[str, Any]
         is_default = profile is None
@@ -199,7 +208,7 @@ class Harness:
         except pydantic.ValidationError as exc:
             raise _problems(exc) from exc
         only = None
-        if tool is not None:
+        if one_tool:
             only = _narrowed(model, tool, explicit_tools=not is_default and "tool" in data)
         return cls._build(model, data, is_default, detach, only)
 
