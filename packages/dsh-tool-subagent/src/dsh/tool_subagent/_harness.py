@@ -30,7 +30,15 @@ from dsh.tool_subagent._portable_job import WORKER_SETUP
 from dsh.tool_subagent._tool import SubagentTool, SubagentToolConfig
 from dsh.tool_subagent.errors import MountError, ProfileError
 
-__all__ = ["Harness", "ProfileModel", "ProviderEntry", "default_profile", "default_tool_name"]
+__all__ = [
+    "Harness",
+    "ProfileModel",
+    "ProviderEntry",
+    "default_profile",
+    "default_tool_name",
+    "jobs_config",
+    "read_profile",
+]
 
 logger = logging.getLogger("dsh.tool_subagent")
 
@@ -75,6 +83,28 @@ def _problems(error: pydantic.ValidationError, prefix: tuple[int | str, ...] = (
     places = [_location(prefix + tuple(detail["loc"])) for detail in details]
     lines = [f"{place}: {detail['msg']}" for place, detail in zip(places, details, strict=True)]
     return ProfileError("; ".join(lines), field=places[0] if places else None)
+
+
+def read_profile(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A profile file's TOML as data; a file that cannot be read or parsed raises
+    :class:`ProfileError` (its path and the OS reason: for the operator, not a model)."""
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ProfileError(f"profile: cannot read {os.fspath(path)}: {reason}") from exc
+    except UnicodeDecodeError as exc:
+        raise ProfileError("profile: the file is not UTF-8 text (TOML must be)") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"profile: invalid TOML ({exc})") from exc
+
+
+def jobs_config(data: Mapping[str, Any]) -> JobsConfig:
+    """A profile's ``[jobs]`` table alone, checked as :meth:`Harness.from_profile` checks it."""
+    try:
+        return JobsConfig.model_validate(data.get("jobs", {}))
+    except pydantic.ValidationError as exc:
+        raise _problems(exc, ("jobs",)) from exc
 
 
 def default_profile() -> dict[str, Any]:
@@ -193,16 +223,7 @@ class Harness:
         elif isinstance(profile, Mapping):
             data = profile
         else:
-            try:
-                data = tomllib.loads(Path(profile).read_text(encoding="utf-8"))
-            except OSError as exc:
-                # The operator's own path and the OS reason: this goes to them, not to a model.
-                reason = exc.strerror or type(exc).__name__
-                raise ProfileError(f"profile: cannot read {os.fspath(profile)}: {reason}") from exc
-            except UnicodeDecodeError as exc:
-                raise ProfileError("profile: the file is not UTF-8 text (TOML must be)") from exc
-            except tomllib.TOMLDecodeError as exc:
-                raise ProfileError(f"profile: invalid TOML ({exc})") from exc
+            data = read_profile(profile)
         try:
             model = ProfileModel.model_validate(data)
         except pydantic.ValidationError as exc:

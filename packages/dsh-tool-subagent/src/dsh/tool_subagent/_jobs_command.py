@@ -18,12 +18,9 @@ import json
 import re
 import sys
 import time
-import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
-
-import pydantic
 
 from dsh.jobs import (
     JobRecord,
@@ -103,19 +100,9 @@ def add_jobs_parser(sub: Any, common: Any) -> None:
 def _config(profile: str | None) -> JobsConfig:
     if profile is None:
         return JobsConfig()
-    from dsh.tool_subagent.errors import ProfileError
+    from dsh.tool_subagent._harness import jobs_config, read_profile
 
-    try:
-        data = tomllib.loads(Path(profile).read_text(encoding="utf-8"))
-        return JobsConfig.model_validate(data.get("jobs", {}))
-    except OSError as exc:
-        raise ProfileError(f"profile: cannot read {profile}: {exc.strerror}") from exc
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ProfileError(f"profile: invalid TOML ({exc})") from exc
-    except pydantic.ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        place = ".".join(str(p) for p in ("jobs", *first["loc"]))
-        raise ProfileError(f"{place}: {first['msg']}", field=place) from exc
+    return jobs_config(read_profile(profile))
 
 
 def _when(stamp: float | None) -> str | None:
