@@ -368,6 +368,41 @@ async def test_records_outlive_the_registry_that_wrote_them(tmp_path: Path) -> N
         store.close()
 
 
+async def test_a_notice_is_taken_once_when_its_flag_lands_during_the_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race behind a notice riding twice: a read of the store that predates the
+    ``noticed`` write, and the write landing (leaving the registry's queue) before the read's
+    records are overlaid with the queue."""
+    async with JobRegistry(JobsConfig(store=str(tmp_path / "jobs.sqlite3"))) as jobs:
+        job_id = jobs.start("subagent", "answer", A, functools.partial(complete, "42"))
+        await settled_out_of_memory(jobs, set())
+        store = jobs.store
+        held: list[Callable[[], None]] = []
+        real_update, real_newest = store.update, store.newest
+
+        def update_later(job_id: str, changes: Mapping[str, Any], done: Any = None) -> None:
+            held.append(lambda: real_update(job_id, changes, done))
+
+        def newest_then_land(*args: Any, **kwargs: Any) -> list[JobRecord]:
+            records = real_newest(*args, **kwargs)  # read before the held write lands
+            while held:
+                held.pop()()
+            assert store.flush(5)
+            return records
+
+        monkeypatch.setattr(store, "update", update_later)
+        assert len(jobs.take_notices(A)) == 1
+        assert held  # the noticed flag is queued, not yet written
+        monkeypatch.setattr(store, "newest", newest_then_land)
+        assert jobs.take_notices(A) == []
+        assert not held
+        monkeypatch.setattr(store, "newest", real_newest)
+        record = store.get(job_id)
+        assert record is not None
+        assert record.noticed
+
+
 async def test_a_memory_store_shared_by_two_registries_keeps_the_records(tmp_path: Path) -> None:
     store = MemoryJobStore()
     async with JobRegistry(store=store) as first:

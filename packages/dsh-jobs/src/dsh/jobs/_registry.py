@@ -152,13 +152,23 @@ class JobRegistry:
             else:
                 self._pending[job_id] = (flags, writes - 1)
 
-    def _seen(self, records: Iterable[JobRecord]) -> list[JobRecord]:
-        """Stored records as this registry last changed them, whose holder is checked."""
+    def _seen(self, read: Callable[[], Iterable[JobRecord]]) -> list[JobRecord]:
+        """Stored records, read by ``read``, as this registry last changed them, whose holder
+        is checked.
+
+        The queued flags are taken before the read as well as after it: a write that lands
+        between the two has left the queue, and the read may predate it (a notice taken twice).
+        Flags only ever turn on, so both views are merged.
+        """
+        with self._pending_lock:
+            before = {job_id: flags for job_id, (flags, _) in self._pending.items()}
+        records = self.store.correct(read())
         out = []
-        for record in self.store.correct(records):
-            pending = self._pending.get(record.id)
-            if pending is not None:
-                flags = pending[0]
+        for record in records:
+            with self._pending_lock:
+                after = self._pending.get(record.id)
+            flags = {**before.get(record.id, {}), **(after[0] if after is not None else {})}
+            if flags:
                 record = replace(
                     record,
                     reported=flags.get("reported", record.reported),
@@ -367,7 +377,7 @@ class JobRegistry:
             return []
         # Only the few records a notice is still due for are read, not the owner's history.
         where = RecordFilter(owner=session, live=False, unnoticed=True)
-        due = {r.id: r for r in self._seen(self.store.newest(where, 1 << 16))}
+        due = {r.id: r for r in self._seen(lambda: self.store.newest(where, 1 << 16))}
         for held in self._jobs.values():
             if held.owner_session == session and held.done.is_set():
                 due[held.id] = held.record()
@@ -386,10 +396,8 @@ class JobRegistry:
     # -- access -----------------------------------------------------------------------------
 
     def _stored(self, job_id: str) -> JobRecord | None:
-        record = self.store.get(job_id)
-        if record is None:
-            return None
-        return self._seen([record])[0]
+        found = self._seen(lambda: [r for r in [self.store.get(job_id)] if r is not None])
+        return found[0] if found else None
 
     def _find(self, job_id: str, caller: JobOwner | None) -> tuple[Job | None, JobRecord]:
         """The job in memory (if it is here) and its record; unknown and foreign both raise
@@ -410,7 +418,7 @@ class JobRegistry:
         """The session's records and the unowned ones this registry started, in start order:
         the store's, with memory's newer copies of the jobs still here."""
         where = RecordFilter(owner=session or "", origin=self._origin, live=live)
-        stored = {r.id: r for r in self._seen(self.store.newest(where, 1 << 30))}
+        stored = {r.id: r for r in self._seen(lambda: self.store.newest(where, 1 << 30))}
         for job in self._jobs.values():
             if job.owner_session in (session, None):
                 record = job.record()
@@ -438,10 +446,12 @@ class JobRegistry:
         store = self.store
         owner = session or ""
         live_where = RecordFilter(owner=owner, origin=self._origin, live=True, exclude=here)
-        live = {r.id: r for r in self._seen(store.newest(live_where, 1 << 16))}
+        live = {r.id: r for r in self._seen(lambda: store.newest(live_where, 1 << 16))}
         finished_where = RecordFilter(owner=owner, origin=self._origin, live=False, exclude=here)
-        page = store.newest(finished_where, finished_limit, by="finished")
-        finished = {r.id: r for r in self._seen(page)}
+        finished = {
+            r.id: r
+            for r in self._seen(lambda: store.newest(finished_where, finished_limit, by="finished"))
+        }
         total = store.count(finished_where)
         for record in list(live.values()):
             if record.terminal:  # its holder was gone: settled as this read found it
