@@ -88,6 +88,8 @@ async def test_a_portable_job_carries_plain_data_and_ends_like_a_local_one(tmp_p
         # Names for the worker's span, and the caller's trace context (none is current here).
         "tool": "subagent",
         "trace_context": {},
+        # A shared workspace (the default) sends no worktree settings.
+        "workspace": None,
     }
 
 

@@ -19,6 +19,10 @@ class Holder(NamedTuple):
     pid: int
     start: int
 
+    def is_alive(self) -> bool:
+        """Whether this process still runs (not a zombie, not a reused pid)."""
+        return alive(self)
+
 
 def _stat_fields(pid: int) -> list[str] | None:
     try:

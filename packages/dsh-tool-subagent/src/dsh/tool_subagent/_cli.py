@@ -9,7 +9,7 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -29,6 +29,7 @@ from dsh.tool_subagent._jobs_command import add_jobs_parser, jobs_main
 from dsh.tool_subagent._known_providers import INSTALL_REQUIREMENTS
 from dsh.tool_subagent._signals import exit_code_on_signal
 from dsh.tool_subagent._tool import Caller, SubagentTool
+from dsh.tool_subagent._workspace import check_branch_prefix
 from dsh.tool_subagent.errors import ProfileError
 
 __all__ = ["build_parser", "main", "run_command"]
@@ -152,6 +153,7 @@ async def run_command(
     detach: bool = False,
     as_json: bool = False,
     stall_timeout_s: float | None = None,
+    workspace: Mapping[str, str] | None = None,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> int:
@@ -162,7 +164,8 @@ async def run_command(
 
     ``as_json`` prints one :class:`~dsh.tool_subagent._run_report.RunReport` object on stdout
     instead of the answer (stdout) or the failure text (stderr). ``stall_timeout_s`` replaces
-    the chosen tool's own ``stall_timeout_s`` (``--stall-timeout``).
+    the chosen tool's own ``stall_timeout_s`` (``--stall-timeout``); ``workspace`` replaces its
+    ``workspace``, ``worktree_base`` or ``branch_prefix`` (``--workspace`` and its friends).
     """
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
@@ -171,6 +174,8 @@ async def run_command(
         return EXIT_USAGE
     if stall_timeout_s is not None:
         tool.config = tool.config.model_copy(update={"stall_timeout_s": stall_timeout_s})
+    if workspace:  # each value was checked as the command line was parsed
+        tool.config = tool.config.model_copy(update=dict(workspace))
     caller = Caller(session_id="dsh-cli", cwd=cwd)
     arguments: dict[str, Any] = {"description": _label(task), "prompt": task}
     if background or detach:
@@ -233,6 +238,11 @@ async def _run_main(args: argparse.Namespace) -> int:
                 detach=args.detach,
                 as_json=args.json,
                 stall_timeout_s=args.stall_timeout,
+                workspace={
+                    key: value
+                    for key in ("workspace", "worktree_base", "branch_prefix")
+                    if (value := getattr(args, key)) is not None
+                },
             )
     except TimeoutError:
         if not limit.expired():
@@ -245,6 +255,13 @@ async def _run_main(args: argparse.Namespace) -> int:
         else:
             print(report.text, file=sys.stderr)
         return EXIT_TIMEOUT
+
+
+def _branch_prefix(text: str) -> str:
+    try:
+        return check_branch_prefix(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -280,6 +297,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="stop the run after SECONDS without product activity (the tool's"
         " stall_timeout_s; default: the profile's, else 900), exit 1",
+    )
+    run.add_argument(
+        "--workspace",
+        choices=("shared", "worktree"),
+        help="where the product works: the cwd (shared), or a git worktree of its repository"
+        " whose changes come back as a branch (worktree); default: the tool's",
+    )
+    run.add_argument(
+        "--worktree-base",
+        choices=("head", "working-tree"),
+        help="a worktree starts at HEAD, or with the uncommitted changes too (working-tree)",
+    )
+    run.add_argument(
+        "--branch-prefix",
+        type=_branch_prefix,
+        metavar="PREFIX",
+        help="a worktree run's branch prefix (default dsh/)",
     )
     run.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     run.add_argument("task", metavar="TASK", help="the task text, or - to read stdin")

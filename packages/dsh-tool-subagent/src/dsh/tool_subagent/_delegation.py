@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from dsh.jobs import current_job_id
 from dsh.subagent import (
     PublishedRun,
     StopReason,
@@ -19,6 +21,7 @@ from dsh.subagent import (
     SubagentResult,
     SubagentService,
     SubagentStartRequest,
+    TextBlock,
     UsageFacts,
 )
 from dsh.subagent.kit import CloseOnce, RunTimings, first_activity
@@ -31,11 +34,19 @@ from dsh.tool_subagent._otel import (
     failure_category,
     trace_carrier,
 )
+from dsh.tool_subagent._workspace import (
+    Changes,
+    WorkspaceError,
+    WorkspaceOptions,
+    with_changes,
+)
+from dsh.tool_subagent._worktree import Worktree, finish_worktree, make_worktree
 
 __all__ = [
     "NO_LIMITS",
     "Finished",
     "Interrupted",
+    "answered",
     "finish_span",
     "host_facts",
     "killed",
@@ -68,10 +79,11 @@ class Finished:
     limit_field: str | None = None
     usage: UsageFacts | None = None
     timings: RunTimings | None = None
+    changes: Changes | None = None
 
     def host_facts(self) -> dict[str, Any] | None:
         """The host-only facts (``ToolResult.meta``, ``JobOutcome.meta``), or ``None``."""
-        return host_facts(self.usage, self.timings)
+        return host_facts(self.usage, self.timings, self.changes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,20 +101,34 @@ class Interrupted:
     dispose: str | None
     usage: UsageFacts | None = None
     timings: RunTimings | None = None
+    changes: Changes | None = None
 
     def host_facts(self) -> dict[str, Any] | None:
         """What the run had spent when it was cancelled (a killed job keeps it), or ``None``."""
-        return host_facts(self.usage, self.timings)
+        return host_facts(self.usage, self.timings, self.changes)
 
 
-def host_facts(usage: UsageFacts | None, timings: RunTimings | None) -> dict[str, Any] | None:
-    """``{"usage": ..., "timings": ...}`` as JSON values, leaving out what is unknown."""
+def host_facts(
+    usage: UsageFacts | None, timings: RunTimings | None, changes: Changes | None = None
+) -> dict[str, Any] | None:
+    """``{"usage": ..., "timings": ..., "workspace": ...}`` as JSON values, leaving out what is
+    unknown (``workspace`` only for a worktree run)."""
     facts: dict[str, Any] = {}
     if usage is not None:
         facts["usage"] = usage.as_json()
     if timings is not None:
         facts["timings"] = timings.as_json()
+    if changes is not None:
+        facts["workspace"] = changes.as_json()
     return facts or None
+
+
+def answered(end: Finished) -> SubagentResult:
+    """The run's result as the model sees it: a worktree run's changes line after its text."""
+    if end.changes is None:
+        return end.result
+    text = with_changes(end.result.text, end.changes)
+    return replace(end.result, output=(TextBlock(text),))
 
 
 def safe_text(exc: BaseException) -> str:
@@ -177,6 +203,7 @@ async def run_to_end(
     where: str,
     limits: RunLimits = NO_LIMITS,
     labels: DelegationLabels | None = None,
+    workspace: WorkspaceOptions | None = None,
 ) -> str | Finished | Interrupted:
     """Start → result → dispose, the steps the foreground and the background share.
 
@@ -185,15 +212,51 @@ async def run_to_end(
     that close propagates from here once the close has ended. ``limits`` are the caller's
     (``_limits``): the wall clock counts from here, the stall clock from publication; an
     expired limit cancels the run and the ending carries its fixed text. ``labels`` name the
-    delegation's OpenTelemetry span (``_otel``; default: the provider's name).
+    delegation's OpenTelemetry span (``_otel``; default: the provider's name). ``workspace``
+    ``worktree`` runs the product in a git worktree made for the run (``_worktree``).
     """
     with delegation_span(labels or DelegationLabels(provider, provider), where) as span:
-        end = await run_to_end_in(service, provider, request, where, limits, span)
+        end = await run_to_end_in(service, provider, request, where, limits, span, workspace)
         finish_span(span, end)
         return end
 
 
 async def run_to_end_in(
+    service: SubagentService,
+    provider: str,
+    request: SubagentStartRequest,
+    where: str,
+    limits: RunLimits,
+    span: DelegationSpan,
+    workspace: WorkspaceOptions | None = None,
+) -> str | Finished | Interrupted:
+    """:func:`run_to_end` in the caller's ``span``; in a worktree when ``workspace`` asks."""
+    if workspace is None or not workspace.worktree:
+        return await _run_in(service, provider, request, where, limits, span)
+    name = current_job_id() or f"run-{secrets.token_hex(6)}"
+    try:
+        with span.phase("dsh.workspace"):
+            worktree = await make_worktree(request.parent.cwd, workspace, name)
+    except WorkspaceError as exc:
+        logger.debug("%s worktree for %s not made", where, name, exc_info=exc)
+        return str(exc)
+    request = replace(request, parent=replace(request.parent, cwd=worktree.cwd))
+    end: str | Finished | Interrupted | None = None
+    try:
+        end = await _run_in(service, provider, request, where, limits, span)
+    finally:
+        changes = await _finished(worktree, span)
+    if isinstance(end, str):
+        return end
+    return replace(end, changes=changes)
+
+
+async def _finished(worktree: Worktree, span: DelegationSpan) -> Changes:
+    with span.phase("dsh.workspace.finish"):
+        return await finish_worktree(worktree)
+
+
+async def _run_in(
     service: SubagentService,
     provider: str,
     request: SubagentStartRequest,

@@ -15,12 +15,14 @@ from dsh.tool_subagent._delegation import (
     NO_LIMITS,
     Finished,
     Interrupted,
+    answered,
     finish_span,
     killed,
     run_to_end_in,
 )
 from dsh.tool_subagent._limits import RunLimits
 from dsh.tool_subagent._otel import DelegationLabels, delegation_span, remote_parent
+from dsh.tool_subagent._workspace import WorkspaceOptions
 
 __all__ = ["background_outcome"]
 
@@ -32,18 +34,20 @@ async def background_outcome(
     limits: RunLimits = NO_LIMITS,
     labels: DelegationLabels | None = None,
     trace_context: Mapping[str, str] | None = None,
+    workspace: WorkspaceOptions | None = None,
 ) -> JobOutcome:
     """A background job's whole work: the run to its end, mapped to the job's outcome.
 
     A run stopped by a limit ends ``failed`` with the limit's fixed text as the detail.
     ``trace_context`` is the starting side's ``trace_carrier()`` when the work runs in another
-    process (Ray): the delegation's span continues that trace.
+    process (Ray): the delegation's span continues that trace. A ``worktree`` workspace's
+    changes line follows the job's output.
     """
     labels = labels or DelegationLabels(provider, provider)
     with remote_parent(trace_context), delegation_span(labels, "background") as span:
         job_id = current_job_id()
         span.event("dsh.job.running", {"dsh.job.id": job_id} if job_id else {})
-        end = await run_to_end_in(service, provider, request, "background", limits, span)
+        end = await run_to_end_in(service, provider, request, "background", limits, span, workspace)
         finish_span(span, end)
         status = "killed"  # unless the mapping below returns: it raises only a cancellation
         try:
@@ -74,6 +78,7 @@ def _job_outcome(end: str | Finished | Interrupted) -> JobOutcome:
         detail = f"dispose failed: {end.dispose}"
         return JobOutcome(JobStatus.KILLED, detail=detail, meta=meta)
     result, dispose = end.result, end.dispose
+    result = answered(end)
     suffix = f"; dispose failed: {dispose}" if dispose else ""
     meta = end.host_facts()
     if end.limit is not None:

@@ -20,6 +20,7 @@ from dsh.tool_subagent._job_work import background_outcome
 from dsh.tool_subagent._known_providers import load_provider
 from dsh.tool_subagent._limits import RunLimits
 from dsh.tool_subagent._otel import DelegationLabels
+from dsh.tool_subagent._workspace import WorkspaceOptions
 
 __all__ = [
     "BUILD_FAILED",
@@ -50,6 +51,7 @@ def portable_delegation(
     limits: RunLimits | None = None,
     tool: str | None = None,
     trace_context: Mapping[str, str] | None = None,
+    workspace: WorkspaceOptions | None = None,
 ) -> PortableWork:
     """The job's work as plain data; raises ``ValueError`` for a request with a non-text part.
 
@@ -77,6 +79,7 @@ def portable_delegation(
             "stall_timeout_s": limits.stall_timeout_s,
             "tool": tool,
             "trace_context": dict(trace_context or {}),
+            "workspace": workspace.as_json() if workspace is not None else None,
         },
     )
 
@@ -94,11 +97,13 @@ async def run_delegation(
     stall_timeout_s: float | None = None,
     tool: str | None = None,
     trace_context: dict[str, str] | None = None,
+    workspace: dict[str, Any] | None = None,
 ) -> JobOutcome:
     """The worker side: build the provider here, run the delegation, close everything.
 
     A ``cwd`` that is not a directory on this node fails the job before anything is built or
-    spawned (the path stays out of the text: it goes to a model).
+    spawned (the path stays out of the text: it goes to a model). A ``worktree`` workspace is
+    made here, on the worker's node, from the repository at ``cwd`` (a path every node shares).
     """
     if cwd is not None and not Path(cwd).is_dir():  # noqa: ASYNC240 - one stat, as the kit does
         logger.debug("job cwd %r is missing on this worker node", cwd)
@@ -123,8 +128,9 @@ async def run_delegation(
         labels = DelegationLabels(
             tool or provider.name, provider.name, kind, model if isinstance(model, str) else None
         )
+        options = WorkspaceOptions(**workspace) if workspace is not None else None
         return await background_outcome(
-            service, provider.name, request, limits, labels, trace_context
+            service, provider.name, request, limits, labels, trace_context, options
         )
     finally:
         await service.aclose()

@@ -33,11 +33,13 @@ class RunReport:
     """The product's usage facts (host-only; ``UsageFacts.as_json``), when it reported any."""
     timings: dict[str, Any] | None = None
     """dsh's own stamps of the run (``RunTimings.as_json``), when it got as far as starting."""
+    workspace: dict[str, Any] | None = None
+    """A worktree run's changes (branch, commit, base, files, counts; ``Changes.as_json``)."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["elapsed_s"] = round(self.elapsed_s, 3)
-        for key in ("usage", "timings"):
+        for key in ("usage", "timings", "workspace"):
             if data[key] is None:
                 del data[key]  # only a run that started (and was reported on) has them
         return data
@@ -51,7 +53,7 @@ def from_tool_result(result: ToolResult, elapsed_s: float, exit_code: int) -> Ru
     value = result.value or {}
     stop_reason = str(value.get("stop_reason") or ("error" if result.is_error else "completed"))
     diagnostic = value.get("diagnostic")
-    usage, timings = _host_facts(result.meta)
+    usage, timings, workspace = _host_facts(result.meta)
     return RunReport(
         stop_reason,
         result.text,
@@ -61,13 +63,15 @@ def from_tool_result(result: ToolResult, elapsed_s: float, exit_code: int) -> Ru
         exit_code,
         usage,
         timings,
+        workspace,
     )
 
 
-def _host_facts(meta: Mapping[str, Any] | None) -> tuple[Any, Any]:
-    """The ``usage`` and ``timings`` of a tool result's or a job's host-only facts."""
+def _host_facts(meta: Mapping[str, Any] | None) -> tuple[Any, Any, Any]:
+    """The ``usage``, ``timings`` and ``workspace`` of a tool result's or a job's host-only
+    facts."""
     meta = meta or {}
-    return meta.get("usage"), meta.get("timings")
+    return meta.get("usage"), meta.get("timings"), meta.get("workspace")
 
 
 def _job_stop_reason(snapshot: JobSnapshot) -> tuple[str, str | None]:
@@ -90,9 +94,17 @@ def _job_stop_reason(snapshot: JobSnapshot) -> tuple[str, str | None]:
 def from_job(snapshot: JobSnapshot, output: str, elapsed_s: float, exit_code: int) -> RunReport:
     """A background job, read after it settled."""
     stop_reason, diagnostic = _job_stop_reason(snapshot)
-    usage, timings = _host_facts(snapshot.meta)
+    usage, timings, workspace = _host_facts(snapshot.meta)
     return RunReport(
-        stop_reason, output, diagnostic, snapshot.id, elapsed_s, exit_code, usage, timings
+        stop_reason,
+        output,
+        diagnostic,
+        snapshot.id,
+        elapsed_s,
+        exit_code,
+        usage,
+        timings,
+        workspace,
     )
 
 

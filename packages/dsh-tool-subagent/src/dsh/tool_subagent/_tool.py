@@ -7,7 +7,7 @@ import logging
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dsh.jobs import JobRegistry, JobWork
 from dsh.jobs.tools import ToolBase, ToolResult
@@ -20,11 +20,18 @@ from dsh.subagent import (
     TextBlock,
 )
 from dsh.tool_subagent._contract import Caller, Tool
-from dsh.tool_subagent._delegation import Interrupted, killed, run_to_end
+from dsh.tool_subagent._delegation import Interrupted, answered, killed, run_to_end
 from dsh.tool_subagent._job_work import background_outcome
 from dsh.tool_subagent._limits import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TIMEOUT_S, RunLimits
 from dsh.tool_subagent._otel import DelegationLabels, trace_carrier
 from dsh.tool_subagent._portable_job import portable_delegation
+from dsh.tool_subagent._workspace import (
+    DEFAULT_BRANCH_PREFIX,
+    WorkspaceError,
+    WorkspaceOptions,
+    check_branch_prefix,
+    find_repository,
+)
 from dsh.tool_subagent.errors import MountError
 
 __all__ = ["Caller", "SubagentTool", "SubagentToolConfig", "Tool", "failure_text"]
@@ -63,10 +70,28 @@ class SubagentToolConfig(BaseModel):
     timeout_s: Seconds | None = DEFAULT_TIMEOUT_S
     #: The caller's limit on product silence: no activity stamp moved for this long.
     stall_timeout_s: Seconds = DEFAULT_STALL_TIMEOUT_S
+    #: Where the product works: the caller's cwd, or a git worktree per run (docs/workspaces.md).
+    workspace: Literal["shared", "worktree"] = "shared"
+    #: A worktree starts at the parent's ``HEAD``, or with its uncommitted changes too.
+    worktree_base: Literal["head", "working-tree"] = "head"
+    #: A worktree run's changes go to the branch ``<branch_prefix><job or run id>``.
+    branch_prefix: str = DEFAULT_BRANCH_PREFIX
+
+    @field_validator("branch_prefix")
+    @classmethod
+    def _valid_prefix(cls, value: str) -> str:
+        return check_branch_prefix(value)
 
     @property
     def limits(self) -> RunLimits:
         return RunLimits(timeout_s=self.timeout_s, stall_timeout_s=self.stall_timeout_s)
+
+    @property
+    def workspace_options(self) -> WorkspaceOptions | None:
+        """The worktree settings, or ``None`` for a shared workspace."""
+        if self.workspace == "shared":
+            return None
+        return WorkspaceOptions(self.workspace, self.worktree_base, self.branch_prefix)
 
     def model_post_init(self, context: Any, /) -> None:
         if isinstance(self.max_depth, int) and self.max_depth < 0:
@@ -206,14 +231,25 @@ class SubagentTool(ToolBase[Caller]):
 
     async def _call(self, arguments: Mapping[str, Any], caller: Caller) -> ToolResult:
         request = self._request(arguments["description"], arguments["prompt"], caller)
+        if self.config.workspace == "worktree":
+            try:  # refused before anything is spawned or a job is started
+                find_repository(caller.cwd)
+            except WorkspaceError as exc:
+                return ToolResult(text=str(exc), is_error=True)
         if arguments.get("run_in_background", False):
             return self._background(request, arguments["description"], caller)
         return await self._foreground(request)
 
     async def _foreground(self, request: SubagentStartRequest) -> ToolResult:
-        limits = self.config.limits
+        limits, workspace = self.config.limits, self.config.workspace_options
         end = await run_to_end(
-            self.service, self.config.provider, request, "foreground", limits, self.labels
+            self.service,
+            self.config.provider,
+            request,
+            "foreground",
+            limits,
+            self.labels,
+            workspace,
         )
         if isinstance(end, str):
             if killed():
@@ -224,6 +260,7 @@ class SubagentTool(ToolBase[Caller]):
         if isinstance(end, Interrupted):
             raise end.error
         result, dispose = end.result, end.dispose
+        result = answered(end)
         value = {"stop_reason": str(result.stop_reason), "diagnostic": result.diagnostic}
         meta = end.host_facts()
         if end.limit is not None:
@@ -268,11 +305,17 @@ class SubagentTool(ToolBase[Caller]):
                 )
             kind, config = self.portable_provider
             return portable_delegation(
-                kind, config, request, self.config.limits, self.name, trace_carrier()
+                kind,
+                config,
+                request,
+                self.config.limits,
+                self.name,
+                trace_carrier(),
+                self.config.workspace_options,
             )
-        limits, labels = self.config.limits, self.labels
+        limits, labels, workspace = self.config.limits, self.labels, self.config.workspace_options
         return lambda: background_outcome(
-            self.service, self.config.provider, request, limits, labels
+            self.service, self.config.provider, request, limits, labels, None, workspace
         )
 
     def __repr__(self) -> str:
