@@ -147,3 +147,37 @@ def test_bad_executor_keys_are_profile_errors_naming_the_field(
         Harness.from_profile({**PROFILE, "jobs": jobs})
     assert caught.value.field == field
     assert text in str(caught.value)
+
+
+async def test_a_worktree_job_is_made_where_the_job_runs_from_the_shared_path(
+    tmp_path: Path,
+) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (["init", "-q"], ["commit", "-q", "--allow-empty", "-m", "base"]):
+        run_git(repo, *args)
+    profile = {**PROFILE, "tool": [{"provider": "fake-remote", "workspace": "worktree"}]}
+    caller = Caller(session_id="s1", cwd=str(repo))
+    async with Harness.from_profile(profile) as harness:
+        remote = Remote()
+        harness.jobs.executor = remote
+        status, output = await background(harness, caller, "echo me")
+    assert status == "[status: completed]"
+    # The worker made the worktree from the repository path and ran the fake product there.
+    assert output == "echo me\nChanges: none"
+    (work,) = remote.sent
+    assert work.arguments["workspace"] == {
+        "workspace": "worktree",
+        "worktree_base": "head",
+        "branch_prefix": "dsh/",
+    }
+
+
+def run_git(repo: Path, *args: str) -> None:
+    import subprocess
+
+    subprocess.run(  # noqa: TID251
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
+        cwd=repo,
+        check=True,
+    )

@@ -14,6 +14,7 @@ Exit codes: 0 done (``output``: the job completed; ``kill``: it is stopped or ha
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import re
 import sys
@@ -127,17 +128,21 @@ def _as_json(record: JobRecord, *, output: bool = False) -> dict[str, Any]:
     meta = dict(record.meta or {})
     data["usage"] = meta.get("usage")
     data["timings"] = meta.get("timings")
+    data["workspace"] = meta.get("workspace")
     if output:
         data["output"] = record.output
     return data
 
 
 def _reap_if(corrected: bool) -> None:
-    """A record was settled because its holder is gone: end what that holder left running."""
+    """A record was settled because its holder is gone: end what that holder left running,
+    then finish the worktrees it left (their changes onto their branches)."""
     if corrected:
         from dsh.subprocess import reap_orphans
+        from dsh.tool_subagent._worktree import sweep_lost_worktrees
 
         reap_orphans()
+        asyncio.run(sweep_lost_worktrees())
 
 
 def _read(store: JobStore, job_id: str) -> tuple[JobRecord | None, bool]:
