@@ -497,3 +497,34 @@ def test_one_tool_builds_only_its_provider() -> None:
         }
         with pytest.raises(ProfileError, match=r"^tool\[1\]\.tool_name"):
             Harness.from_profile(broken, tool="job_list", one_tool=True)
+
+
+@pytest.mark.usefixtures("fake_kind")
+async def test_run_command_workspace_options_replace_the_tools(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()  # not a git directory (no HEAD): passed over, as git does
+    profile = {"provider": [{"kind": "fake"}], "tool": [{"provider": "fake"}]}
+    out, err = io.StringIO(), io.StringIO()
+    async with Harness.from_profile(profile) as harness:
+        rc = await run_command(
+            harness,
+            "t",
+            cwd=str(tmp_path),
+            workspace={"workspace": "worktree"},
+            as_json=True,
+            stdout=out,
+            stderr=err,
+        )
+        # Outside a work tree: refused before the product is started.
+        assert harness.describe()["starts"] == 0
+    assert rc == 1
+    report = json.loads(out.getvalue())
+    assert report["text"] == (
+        'workspace = "worktree": the working directory is not inside a git repository'
+    )
+
+
+def test_a_branch_prefix_git_would_refuse_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["run", "--workspace", "worktree", "--branch-prefix", "a..b", "t"]) == 2
+    assert "--branch-prefix: branch_prefix is not a valid git ref name" in capsys.readouterr().err

@@ -8,6 +8,7 @@ the run its changes are kept on a new branch (``_worktree``). Pure code: nothing
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -122,6 +123,18 @@ def _looks_bare(path: Path) -> bool:
     return (path / "HEAD").is_file() and (path / "objects").is_dir() and (path / "refs").is_dir()
 
 
+def _is_work_tree_top(path: Path) -> bool:
+    """Whether ``path/.git`` is what git takes for one: a git directory, or a ``gitdir:`` file
+    (a linked worktree, a submodule). Anything else there is passed over, as git does."""
+    dot_git = path / ".git"
+    if dot_git.is_dir():
+        return _looks_bare(dot_git)
+    if dot_git.is_file():
+        with contextlib.suppress(OSError):
+            return dot_git.read_bytes()[:8] == b"gitdir: "
+    return False
+
+
 def find_repository(cwd: str | None) -> Repository:
     """The git work tree holding ``cwd`` (default: this process's), found by reading the
     filesystem only; raises :class:`WorkspaceError` (no path in its text) when there is none."""
@@ -136,7 +149,7 @@ def find_repository(cwd: str | None) -> Repository:
                 'workspace = "worktree": the working directory is inside a bare repository or'
                 " a .git directory, which has no work tree to copy"
             )
-        if (path / ".git").exists():
+        if _is_work_tree_top(path):
             return Repository(path, start.relative_to(path))
     raise WorkspaceError(
         'workspace = "worktree": the working directory is not inside a git repository'
