@@ -349,3 +349,19 @@ def test_the_changes_line_reads_like_gits_shortstat() -> None:
     assert binary.diffstat == "1 file changed, 0 insertions(+), 0 deletions(-)"
     assert Changes("b").line == "Changes: none"
     assert Changes("b", kept=False).line.startswith("Changes: not kept")
+
+
+async def test_a_cwd_in_a_linked_worktree_of_the_user_works_like_the_main_one(
+    tmp_path: Path,
+) -> None:
+    repo = make_repo(tmp_path)
+    git(repo, "worktree", "add", "-q", "--detach", str(tmp_path / "linked"))
+    linked = tmp_path / "linked"
+    tool, jobs = mount(FakeProvider(result=editing(("from-linked.txt", "x\n"))))
+    async with jobs:
+        out = await tool.call(ASK, Caller("s1", str(linked / "sub")))
+    assert out.meta is not None
+    branch = out.meta["workspace"]["branch"]
+    assert git(repo, "show", f"{branch}:sub/from-linked.txt") == "x\n"  # one shared repository
+    assert len(registered(repo)) == 2  # the user's own linked worktree only
+    assert left_over() == []
