@@ -7,6 +7,9 @@
 - Eight worktree runs at once on one repository, both products mixed, all editing the same
   file: eight branches, each with its own edit, the parent untouched (``DSH_WORKTREE_ROUNDS``
   rounds, 2 by default; 5 is the issue's full volume, docs/workspaces.md).
+- A tool command writing the parent's checkout by absolute path, under each product's
+  edit-allowing mode, is refused by the product (Codex's workspace-write sandbox, Claude Code's
+  permission check answered by dsh), while its write inside the worktree lands on the branch.
 - A run cancelled mid-run keeps its partial edit on its branch; a host SIGKILLed mid-run leaves
   a worktree that the next sweep finishes, after the orphan reap ended the product (a ``/proc``
   walk finds the product in the worktree before, and nothing there after).
@@ -18,9 +21,11 @@ import asyncio
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -294,3 +299,73 @@ async def test_a_sigkilled_hosts_worktree_is_finished_by_the_sweep_after_the_rea
     assert state_of(repo) == before
     assert len(worktrees_of(repo)) == 1
     assert dirs_left() == []
+
+
+@pytest.fixture
+def parent_off_tmp() -> Any:
+    """A parent repository outside ``/tmp``: Codex's workspace-write sandbox lets every command
+    write ``/tmp`` (and ``$TMPDIR``), so a parent there would be writable for that reason alone
+    (docs/workspaces.md)."""
+    root = Path(tempfile.mkdtemp(prefix="dsh-reach-", dir="/var/tmp"))
+    try:
+        yield parent_repo(root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def tool_outputs(models: Models, product: str) -> list[str]:
+    """What the product's tools answered the model: the tool results in the last request the
+    model server got (each request carries the conversation so far)."""
+    if product == "codex":
+        items = (models.codex.requests[-1].body or {}).get("input", [])
+        return [str(i.get("output")) for i in items if i.get("type") == "function_call_output"]
+    messages = (models.claude.requests[-1].body or {}).get("messages", [])
+    return [
+        str(block.get("content"))
+        for message in messages
+        if isinstance(message.get("content"), list)
+        for block in message["content"]
+        if block.get("type") == "tool_result"
+    ]
+
+
+@pytest.mark.parametrize("product", PRODUCTS)
+@pytest.mark.timeout(120)
+async def test_a_write_to_the_parent_by_absolute_path_is_refused_by_the_product(
+    models: Models, parent_off_tmp: Path, product: str
+) -> None:
+    repo = parent_off_tmp
+    before = state_of(repo)
+    target = repo / "shared.txt"
+    task = "write outside"
+    if product == "codex":
+        command = f"echo inside > inside.txt; echo pwned > {target}"
+        models.codex.queue_tool_call("exec_command", {"cmd": command, "login": False}, match=task)
+    else:
+        claude = models.claude
+        claude.queue_tool_call(
+            "Write", {"file_path": "inside.txt", "content": "inside\n"}, match=task
+        )
+        bash = {"command": f"echo pwned > {target}", "description": "write"}
+        claude.queue_tool_call("Bash", bash, match=task)
+        new_file = {"file_path": str(repo / "planted.txt"), "content": "pwned\n"}
+        claude.queue_tool_call("Write", new_file, match=task)
+    (models.codex if product == "codex" else models.claude).queue_text("tried", match=task)
+    async with Harness.from_profile(models.profile()) as harness:
+        out = await delegate(harness, product, task, repo)
+    assert not out.is_error, out.text
+    outputs = tool_outputs(models, product)
+    if product == "codex":
+        (output,) = outputs
+        assert "Read-only file system" in output  # the sandbox refused the write
+    else:
+        written, *refused = outputs
+        assert "created successfully" in written
+        assert len(refused) == 2
+        assert all("cannot request human approval" in text for text in refused), refused
+    assert state_of(repo) == before  # shared.txt as it was, no planted.txt
+    assert target.read_text() == "base\nthe parent's own uncommitted line\n"
+    assert out.meta is not None
+    branch = out.meta["workspace"]["branch"]
+    assert out.meta["workspace"]["files"] == ["inside.txt"]  # the command did run
+    assert git(repo, "show", f"{branch}:inside.txt") == "inside\n"
