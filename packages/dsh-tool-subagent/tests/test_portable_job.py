@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
 from dsh.jobs import JobOutcome, JobStarted, JobStatus, JobWork, LocalExecutor, PortableWork
-from dsh.subagent import SubagentError
+from dsh.subagent import Parent, SubagentError, SubagentStartRequest, TextBlock
 from dsh.subagent.testing import FakeProvider
-from dsh.tool_subagent import Caller, Harness
+from dsh.tool_subagent import Caller, Harness, SubagentTool
 from dsh.tool_subagent import _harness as harness_module
 from dsh.tool_subagent import _portable_job as portable_module
 from dsh.tool_subagent.errors import ProfileError
@@ -77,20 +78,73 @@ async def test_a_portable_job_carries_plain_data_and_ends_like_a_local_one(tmp_p
     assert dict(work.arguments) == {
         "kind": "fake",
         "config": CONFIG,
-        "prompt": ["same task"],
-        "session_id": "s1",
-        "cwd": str(tmp_path),
-        "label": "portable",
-        "max_depth": None,
-        # The tool's limits travel as numbers; the worker enforces them (docs/liveness.md).
-        "timeout_s": None,
-        "stall_timeout_s": 900.0,
+        # The request travels whole: every field of it, as SubagentStartRequest.to_json makes.
+        "request": {
+            "prompt": [{"type": "text", "text": "same task"}],
+            "parent": {"session_id": "s1", "cwd": str(tmp_path)},
+            "label": "portable",
+            "output_schema": None,
+            "max_depth": None,
+            "tool_filter": None,
+            "persona": None,
+        },
+        # The tool's limits travel too; the worker enforces them (docs/liveness.md).
+        "limits": {"timeout_s": None, "stall_timeout_s": 900.0},
+        # A shared workspace (the default) sends no worktree settings.
+        "workspace": None,
         # Names for the worker's span, and the caller's trace context (none is current here).
         "tool": "subagent",
         "trace_context": {},
-        # A shared workspace (the default) sends no worktree settings.
-        "workspace": None,
     }
+
+
+def test_a_request_travels_with_every_field_and_a_new_field_needs_no_codec_change() -> None:
+    full = SubagentStartRequest(
+        prompt=(TextBlock("a"), TextBlock("b")),
+        parent=Parent(session_id="s", cwd="/w"),
+        label="l",
+        output_schema={"type": "object", "properties": {"n": {"type": "integer"}}},
+        max_depth=2,
+        tool_filter=("Read", "Grep"),
+        persona="reviewer",
+    )
+    work = portable_module.portable_delegation("fake", {}, full)
+    crossed = json.loads(work.to_json())["arguments"]["request"]
+    back = SubagentStartRequest.from_json(crossed)
+    assert back == replace(full, tool_filter=["Read", "Grep"])  # a JSON list, still a Sequence
+    assert {f.name for f in fields(SubagentStartRequest)} == set(crossed)
+
+    @dataclass(frozen=True, slots=True)
+    class Extended(SubagentStartRequest):
+        """A request with a field the codec has never heard of."""
+
+        budget_usd: float | None = None
+
+    extended = Extended(prompt=(TextBlock("x"),), parent=Parent("s", None), budget_usd=1.5)
+    assert Extended.from_json(json.loads(json.dumps(extended.to_json()))) == extended
+    # A field the receiving side does not know is refused, never dropped.
+    with pytest.raises(ValueError, match="no field 'budget_usd'"):
+        SubagentStartRequest.from_json(extended.to_json())
+
+
+async def test_a_field_the_provider_cannot_honour_is_refused_before_the_job_is_queued(
+    tmp_path: Path,
+) -> None:
+    caller = Caller(session_id="s1", cwd=str(tmp_path))
+    async with Harness.from_profile(PROFILE) as harness:
+        remote = Remote()
+        harness.jobs.executor = remote
+        tool = harness.tool("subagent")
+        assert isinstance(tool, SubagentTool)
+        # No tool argument sets output_schema yet (issue 40): the request is built by hand.
+        request = replace(tool._request("d", "p", caller), output_schema={"type": "object"})
+        refused = tool._background(request, "d", caller)
+        assert refused.is_error
+        assert refused.text == (
+            'subagent provider "fake-remote" does not support the "output_schema" capability'
+        )
+        assert harness.jobs.list(caller) == []
+    assert remote.sent == []
 
 
 async def test_a_cwd_missing_where_the_job_runs_fails_before_the_provider_is_built(
@@ -108,14 +162,9 @@ async def test_a_cwd_missing_where_the_job_runs_fails_before_the_provider_is_bui
 
 
 async def test_a_provider_that_cannot_be_built_on_the_worker_fails_the_job_safely() -> None:
+    request = SubagentStartRequest(prompt=(TextBlock("task"),), parent=Parent("s1", None))
     outcome = await portable_module.run_delegation(
-        kind="not-installed-here",
-        config={},
-        prompt=["task"],
-        session_id="s1",
-        cwd=None,
-        label=None,
-        max_depth=None,
+        kind="not-installed-here", config={}, request=request.to_json(), limits={}
     )
     assert outcome == JobOutcome(JobStatus.FAILED, detail=portable_module.BUILD_FAILED)
 

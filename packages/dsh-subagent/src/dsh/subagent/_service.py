@@ -226,12 +226,13 @@ class SubagentService:
 
     # runs
 
-    async def start(self, name: str, request: SubagentStartRequest) -> PublishedRun:
-        """Validate, resolve and start ``request`` on the provider registered as ``name``."""
+    def check(self, name: str, request: SubagentStartRequest) -> SubagentProvider:
+        """The checks :meth:`start` makes before anything starts: a provider registered as
+        ``name`` that supports every field ``request`` sets, and a valid ``max_depth``. Returns
+        the provider; raises :class:`SubagentError`. A caller that runs the request elsewhere
+        (a Ray job) checks it here first, so nothing is queued that the provider would refuse."""
         if not isinstance(request, SubagentStartRequest):
             raise TypeError("start() takes a SubagentStartRequest")
-        if self._closed:
-            raise SubagentError("the subagent service is closed", code="SERVICE_CLOSED")
         provider = self._providers.get(name)
         if provider is None:
             raise SubagentError(f'no subagent provider registered for "{name}"', code="NO_PROVIDER")
@@ -251,6 +252,13 @@ class SubagentService:
             raise SubagentError(
                 'the "max_depth" field must be a non-negative integer', code="INVALID_REQUEST"
             )
+        return provider
+
+    async def start(self, name: str, request: SubagentStartRequest) -> PublishedRun:
+        """Validate, resolve and start ``request`` on the provider registered as ``name``."""
+        if self._closed:
+            raise SubagentError("the subagent service is closed", code="SERVICE_CLOSED")
+        provider = self.check(name, request)
         resolved = ResolvedStartRequest.from_request(
             request, Descriptor(provider=name, label=request.label)
         )

@@ -116,6 +116,45 @@ class SubagentStartRequest:
     def __post_init__(self) -> None:
         object.__setattr__(self, "prompt", _as_tuple("prompt", self.prompt))
 
+    def to_json(self) -> dict[str, Any]:
+        """Every field as plain JSON values, for a request that crosses a process (a Ray job):
+        the inverse of :meth:`from_json`. Only text prompt blocks travel (``ValueError``)."""
+        return {f.name: _plain(f.name, getattr(self, f.name)) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Self:
+        """The request :meth:`to_json` made; a key this class has no field for is refused
+        (``ValueError``), never dropped."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"a start request has no field {unknown[0]!r}")
+        values = dict(data)
+        values["prompt"] = tuple(_text_block(block) for block in data["prompt"])
+        values["parent"] = Parent(**data["parent"])
+        return cls(**values)
+
+
+def _plain(name: str, value: Any) -> Any:
+    """``value`` as JSON values: text blocks and dataclasses as objects, sequences as lists."""
+    if isinstance(value, TextBlock):
+        return {"type": "text", "text": value.text}
+    if isinstance(value, Parent):
+        return {f.name: getattr(value, f.name) for f in fields(value)}
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, Mapping):
+        return {str(key): _plain(name, item) for key, item in value.items()}
+    if isinstance(value, Sequence):
+        return [_plain(name, item) for item in value]
+    raise ValueError(f"the {name!r} field holds a {type(value).__name__}, which cannot travel")
+
+
+def _text_block(data: Any) -> TextBlock:
+    if not isinstance(data, Mapping) or data.get("type") != "text":
+        raise ValueError("a start request carries text prompt blocks only")
+    return TextBlock(str(data["text"]))
+
 
 @dataclass(frozen=True, slots=True)
 class ResolvedStartRequest(SubagentStartRequest):

@@ -1,9 +1,10 @@
 """A background delegation as plain data, for executors that run jobs elsewhere (Ray).
 
 The harness sends the provider's ``kind`` and its profile ``config`` (the table the profile
-validated), and the request's plain fields. The worker builds the provider from them (so the
-product's env comes from the worker's own environment plus the config's ``inherit_env`` names)
-and runs :func:`~dsh.tool_subagent._job_work.background_outcome`, the same work as a local job.
+validated), and the request, the tool's limits and its workspace, each whole. The worker
+builds the provider from them (so the product's env comes from the worker's own environment plus
+the config's ``inherit_env`` names) and runs
+:func:`~dsh.tool_subagent._job_work.background_outcome`, the same work as a local job.
 No live object and no credential value travels: credentials are named, never copied.
 """
 
@@ -11,11 +12,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from dsh.jobs import JobOutcome, JobStatus, PortableWork
-from dsh.subagent import Parent, SubagentError, SubagentService, SubagentStartRequest, TextBlock
+from dsh.subagent import SubagentError, SubagentService, SubagentStartRequest
 from dsh.tool_subagent._job_work import background_outcome
 from dsh.tool_subagent._known_providers import load_provider
 from dsh.tool_subagent._limits import RunLimits
@@ -55,31 +57,23 @@ def portable_delegation(
 ) -> PortableWork:
     """The job's work as plain data; raises ``ValueError`` for a request with a non-text part.
 
-    ``limits`` travel as two numbers and are enforced where the run is, by the worker.
-    ``tool`` names the delegation tool and ``trace_context`` is the starting side's W3C trace
-    context (``_otel.trace_carrier()``): the worker's span continues the host's trace.
+    The request travels whole (:meth:`~dsh.subagent.SubagentStartRequest.to_json`: every field,
+    so a field added to the request needs no change here), and so do the tool's ``limits`` and
+    ``workspace``, enforced where the run is, by the worker. ``tool`` names the delegation tool
+    and ``trace_context`` is the starting side's W3C trace context (``_otel.trace_carrier()``):
+    the worker's span continues the host's trace.
     """
     limits = limits or RunLimits(timeout_s=None, stall_timeout_s=None)
-    texts = []
-    for block in request.prompt:
-        if not isinstance(block, TextBlock):
-            raise ValueError("a portable delegation carries text prompts only")
-        texts.append(block.text)
     return PortableWork(
         TARGET,
         {
             "kind": kind,
             "config": dict(config),
-            "prompt": texts,
-            "session_id": request.parent.session_id,
-            "cwd": request.parent.cwd,
-            "label": request.label,
-            "max_depth": request.max_depth,
-            "timeout_s": limits.timeout_s,
-            "stall_timeout_s": limits.stall_timeout_s,
+            "request": request.to_json(),
+            "limits": asdict(limits),
+            "workspace": asdict(workspace) if workspace is not None else None,
             "tool": tool,
             "trace_context": dict(trace_context or {}),
-            "workspace": workspace.as_json() if workspace is not None else None,
         },
     )
 
@@ -88,23 +82,20 @@ async def run_delegation(
     *,
     kind: str,
     config: dict[str, Any],
-    prompt: list[str],
-    session_id: str,
-    cwd: str | None,
-    label: str | None,
-    max_depth: int | None,
-    timeout_s: float | None = None,
-    stall_timeout_s: float | None = None,
+    request: dict[str, Any],
+    limits: dict[str, Any],
+    workspace: dict[str, Any] | None = None,
     tool: str | None = None,
     trace_context: dict[str, str] | None = None,
-    workspace: dict[str, Any] | None = None,
 ) -> JobOutcome:
     """The worker side: build the provider here, run the delegation, close everything.
 
-    A ``cwd`` that is not a directory on this node fails the job before anything is built or
+    A cwd that is not a directory on this node fails the job before anything is built or
     spawned (the path stays out of the text: it goes to a model). A ``worktree`` workspace is
-    made here, on the worker's node, from the repository at ``cwd`` (a path every node shares).
+    made here, on the worker's node, from the repository at the cwd (a path every node shares).
     """
+    started = SubagentStartRequest.from_json(request)
+    cwd = started.parent.cwd
     if cwd is not None and not Path(cwd).is_dir():  # noqa: ASYNC240 - one stat, as the kit does
         logger.debug("job cwd %r is missing on this worker node", cwd)
         return JobOutcome(JobStatus.FAILED, detail=NO_WORKSPACE)
@@ -114,23 +105,16 @@ async def run_delegation(
         # The harness validated the same config; failing here means this node's install differs.
         logger.debug("building provider kind %r on the worker failed", kind, exc_info=exc)
         return JobOutcome(JobStatus.FAILED, detail=BUILD_FAILED)
-    request = SubagentStartRequest(
-        prompt=tuple(TextBlock(text) for text in prompt),
-        parent=Parent(session_id=session_id, cwd=cwd),
-        label=label,
-        max_depth=max_depth,
-    )
     service = SubagentService()
     service.register(provider)
     try:
-        limits = RunLimits(timeout_s=timeout_s, stall_timeout_s=stall_timeout_s)
         model = config.get("model")
         labels = DelegationLabels(
             tool or provider.name, provider.name, kind, model if isinstance(model, str) else None
         )
         options = WorkspaceOptions(**workspace) if workspace is not None else None
         return await background_outcome(
-            service, provider.name, request, limits, labels, trace_context, options
+            service, provider.name, started, RunLimits(**limits), labels, trace_context, options
         )
     finally:
         await service.aclose()

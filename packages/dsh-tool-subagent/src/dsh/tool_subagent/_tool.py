@@ -14,6 +14,7 @@ from dsh.jobs.tools import ToolBase, ToolResult
 from dsh.subagent import (
     Parent,
     StopReason,
+    SubagentError,
     SubagentResult,
     SubagentService,
     SubagentStartRequest,
@@ -281,6 +282,12 @@ class SubagentTool(ToolBase[Caller]):
         return ToolResult(text=text, is_error=True, value=value, meta=meta)
 
     def _background(self, request: SubagentStartRequest, label: str, caller: Caller) -> ToolResult:
+        try:
+            # What the provider would refuse is refused here, before a job is queued, wherever
+            # the job will run (a Ray worker rebuilds the provider from the same profile entry).
+            self.service.check(self.config.provider, request)
+        except SubagentError as exc:
+            return ToolResult(text=str(exc), is_error=True)
         try:
             job_id = self.jobs.start("subagent", label, caller, self._work(request))
         except Exception as exc:

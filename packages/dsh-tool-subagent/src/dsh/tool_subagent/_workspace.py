@@ -86,13 +86,6 @@ class WorkspaceOptions:
     def worktree(self) -> bool:
         return self.workspace == "worktree"
 
-    def as_json(self) -> dict[str, str]:
-        return {
-            "workspace": self.workspace,
-            "worktree_base": self.worktree_base,
-            "branch_prefix": self.branch_prefix,
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class Repository:
