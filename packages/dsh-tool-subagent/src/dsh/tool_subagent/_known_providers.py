@@ -17,19 +17,23 @@ __all__ = ["INSTALL_REQUIREMENTS", "KNOWN_PROVIDERS", "KnownProvider", "load_pro
 
 
 class KnownProvider(NamedTuple):
-    """A provider kind, the product it runs, the extra of dsh-tool-subagent installing it, and
-    the provider's package (whose ``testing`` module the cross-product tests use)."""
+    """A provider kind, the product it runs, the extra of dsh-tool-subagent installing it, the
+    provider's package (whose ``testing`` module the cross-product tests use), and the model
+    vendor behind the product (its spans' ``gen_ai.provider.name``)."""
 
     kind: str
     product: str
     extra: str
     package: str
+    vendor: str
 
 
 #: In the demo's order (its table lists Codex first).
 KNOWN_PROVIDERS = (
-    KnownProvider("codex", "Codex", "codex", "dsh.subagent_codex"),
-    KnownProvider("claude-code", "Claude Code", "claude-code", "dsh.subagent_claude_code"),
+    KnownProvider("codex", "Codex", "codex", "dsh.subagent_codex", "openai"),
+    KnownProvider(
+        "claude-code", "Claude Code", "claude-code", "dsh.subagent_claude_code", "anthropic"
+    ),
 )
 INSTALL_REQUIREMENTS = {p.kind: f"dsh-tool-subagent[{p.extra}]" for p in KNOWN_PROVIDERS}
 

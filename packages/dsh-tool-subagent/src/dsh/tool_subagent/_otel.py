@@ -36,6 +36,7 @@ else:
 
 from dsh.subagent import UsageFacts
 from dsh.subagent.kit import RunTimings
+from dsh.tool_subagent._known_providers import KNOWN_PROVIDERS
 
 __all__ = [
     "DelegationLabels",
@@ -50,8 +51,8 @@ __all__ = [
 _SCOPE = "dsh.tool_subagent"
 _CATEGORY = re.compile(r"category: ([A-Za-z0-9_.-]{1,64})[;)]")
 
-#: A product kind's ``gen_ai.provider.name`` (the model vendor behind it).
-_GENAI_PROVIDERS = {"codex": "openai", "claude-code": "anthropic"}
+#: A product kind's ``gen_ai.provider.name`` (the model vendor behind it), from the one table.
+_GENAI_PROVIDERS = {known.kind: known.vendor for known in KNOWN_PROVIDERS}
 
 #: ``UsageFacts`` field -> span attribute.
 _USAGE_ATTRIBUTES = {
