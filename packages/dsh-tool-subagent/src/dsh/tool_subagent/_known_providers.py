@@ -17,22 +17,52 @@ __all__ = ["INSTALL_REQUIREMENTS", "KNOWN_PROVIDERS", "KnownProvider", "load_pro
 
 
 class KnownProvider(NamedTuple):
-    """A provider kind, the product it runs, the extra of dsh-tool-subagent installing it, the
-    provider's package (whose ``testing`` module the cross-product tests use), and the model
-    vendor behind the product (its spans' ``gen_ai.provider.name``)."""
+    """One product provider this distribution ships: the one table every per-product list is
+    generated from or checked against (``tools/product_table.py``: the import contracts, the
+    install matrix; the OpenTelemetry vendor names; the demo; the docs' provider pages).
+
+    ``kind``: the provider kind (profile ``kind``); ``product``: the product's display name;
+    ``extra``: the dsh-tool-subagent extra installing it; ``package`` / ``distribution``: the
+    provider's import package and distribution; ``vendor``: the model vendor behind the product
+    (spans' ``gen_ai.provider.name``); ``product_module`` / ``product_distribution``: the
+    product's own package, which only its provider may import; ``pulls_mcp``: whether installing
+    the product pulls the ``mcp`` SDK (so ``dsh mcp`` serves without the ``mcp`` extra).
+    """
 
     kind: str
     product: str
     extra: str
     package: str
     vendor: str
+    distribution: str
+    product_module: str
+    product_distribution: str
+    pulls_mcp: bool
 
 
 #: In the demo's order (its table lists Codex first).
 KNOWN_PROVIDERS = (
-    KnownProvider("codex", "Codex", "codex", "dsh.subagent_codex", "openai"),
     KnownProvider(
-        "claude-code", "Claude Code", "claude-code", "dsh.subagent_claude_code", "anthropic"
+        kind="codex",
+        product="Codex",
+        extra="codex",
+        package="dsh.subagent_codex",
+        vendor="openai",
+        distribution="dsh-subagent-codex",
+        product_module="codex_cli_bin",
+        product_distribution="openai-codex-cli-bin",
+        pulls_mcp=False,
+    ),
+    KnownProvider(
+        kind="claude-code",
+        product="Claude Code",
+        extra="claude-code",
+        package="dsh.subagent_claude_code",
+        vendor="anthropic",
+        distribution="dsh-subagent-claude-code",
+        product_module="claude_agent_sdk",
+        product_distribution="claude-agent-sdk",
+        pulls_mcp=True,
     ),
 )
 INSTALL_REQUIREMENTS = {p.kind: f"dsh-tool-subagent[{p.extra}]" for p in KNOWN_PROVIDERS}
