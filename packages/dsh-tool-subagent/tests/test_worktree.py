@@ -365,3 +365,23 @@ async def test_a_cwd_in_a_linked_worktree_of_the_user_works_like_the_main_one(
     assert git(repo, "show", f"{branch}:sub/from-linked.txt") == "x\n"  # one shared repository
     assert len(registered(repo)) == 2  # the user's own linked worktree only
     assert left_over() == []
+
+
+async def test_a_failed_runs_text_ends_with_the_changes_line(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path)
+
+    def fail_after_edit(request: ResolvedStartRequest) -> SubagentResult:
+        Path(request.parent.cwd or "", "partial.txt").write_text("some\n")
+        return SubagentResult(StopReason.ERROR, (TextBlock("half"),), "the product gave up")
+
+    tool, jobs = mount(FakeProvider(result=fail_after_edit))
+    async with jobs:
+        out = await tool.call(ASK, Caller("s1", str(repo)))
+    assert out.is_error
+    assert out.meta is not None
+    branch = out.meta["workspace"]["branch"]
+    assert out.text == (
+        "subagent run failed\nDiagnostic: the product gave up\n"
+        f"Partial output before the run ended:\nhalf\nChanges: branch {branch} "
+        "(1 file changed, 1 insertion(+))"
+    )

@@ -21,7 +21,6 @@ from dsh.subagent import (
     SubagentResult,
     SubagentService,
     SubagentStartRequest,
-    TextBlock,
     UsageFacts,
 )
 from dsh.subagent.kit import CloseOnce, RunTimings, first_activity
@@ -34,19 +33,13 @@ from dsh.tool_subagent._otel import (
     failure_category,
     trace_carrier,
 )
-from dsh.tool_subagent._workspace import (
-    Changes,
-    WorkspaceError,
-    WorkspaceOptions,
-    with_changes,
-)
+from dsh.tool_subagent._workspace import Changes, WorkspaceError, WorkspaceOptions
 from dsh.tool_subagent._worktree import Worktree, finish_worktree, make_worktree
 
 __all__ = [
     "NO_LIMITS",
     "Finished",
     "Interrupted",
-    "answered",
     "finish_span",
     "host_facts",
     "killed",
@@ -121,14 +114,6 @@ def host_facts(
     if changes is not None:
         facts["workspace"] = changes.as_json()
     return facts or None
-
-
-def answered(end: Finished) -> SubagentResult:
-    """The run's result as the model sees it: a worktree run's changes line after its text."""
-    if end.changes is None:
-        return end.result
-    text = with_changes(end.result.text, end.changes)
-    return replace(end.result, output=(TextBlock(text),))
 
 
 def safe_text(exc: BaseException) -> str:

@@ -15,14 +15,13 @@ from dsh.tool_subagent._delegation import (
     NO_LIMITS,
     Finished,
     Interrupted,
-    answered,
     finish_span,
     killed,
     run_to_end_in,
 )
 from dsh.tool_subagent._limits import RunLimits
 from dsh.tool_subagent._otel import DelegationLabels, delegation_span, remote_parent
-from dsh.tool_subagent._workspace import WorkspaceOptions
+from dsh.tool_subagent._workspace import WorkspaceOptions, with_changes
 
 __all__ = ["background_outcome"]
 
@@ -78,24 +77,20 @@ def _job_outcome(end: str | Finished | Interrupted) -> JobOutcome:
         detail = f"dispose failed: {end.dispose}"
         return JobOutcome(JobStatus.KILLED, detail=detail, meta=meta)
     result, dispose = end.result, end.dispose
-    result = answered(end)
+    output = with_changes(result.text, end.changes)
     suffix = f"; dispose failed: {dispose}" if dispose else ""
     meta = end.host_facts()
     if end.limit is not None:
-        return JobOutcome(
-            JobStatus.FAILED, detail=end.limit + suffix, output=result.text, meta=meta
-        )
+        return JobOutcome(JobStatus.FAILED, detail=end.limit + suffix, output=output, meta=meta)
     reason = result.stop_reason
     if reason == StopReason.COMPLETED:
         if dispose:
             failed = f"completed{suffix}"
-            return JobOutcome(JobStatus.FAILED, detail=failed, output=result.text, meta=meta)
-        return JobOutcome(JobStatus.COMPLETED, output=result.text, meta=meta)
+            return JobOutcome(JobStatus.FAILED, detail=failed, output=output, meta=meta)
+        return JobOutcome(JobStatus.COMPLETED, output=output, meta=meta)
     if reason == StopReason.ABORTED:
-        return JobOutcome(
-            JobStatus.KILLED, detail=suffix[2:] or None, output=result.text, meta=meta
-        )
+        return JobOutcome(JobStatus.KILLED, detail=suffix[2:] or None, output=output, meta=meta)
     detail = str(reason)
     if result.diagnostic:
         detail += f"; diagnostic: {result.diagnostic}"
-    return JobOutcome(JobStatus.FAILED, detail=detail + suffix, output=result.text, meta=meta)
+    return JobOutcome(JobStatus.FAILED, detail=detail + suffix, output=output, meta=meta)

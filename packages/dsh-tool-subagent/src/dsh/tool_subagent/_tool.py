@@ -21,7 +21,7 @@ from dsh.subagent import (
     TextBlock,
 )
 from dsh.tool_subagent._contract import Caller, Tool
-from dsh.tool_subagent._delegation import Interrupted, answered, killed, run_to_end
+from dsh.tool_subagent._delegation import Interrupted, killed, run_to_end
 from dsh.tool_subagent._job_work import background_outcome
 from dsh.tool_subagent._limits import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TIMEOUT_S, RunLimits
 from dsh.tool_subagent._otel import DelegationLabels, trace_carrier
@@ -32,6 +32,7 @@ from dsh.tool_subagent._workspace import (
     WorkspaceOptions,
     check_branch_prefix,
     find_repository,
+    with_changes,
 )
 from dsh.tool_subagent.errors import MountError
 
@@ -261,25 +262,28 @@ class SubagentTool(ToolBase[Caller]):
         if isinstance(end, Interrupted):
             raise end.error
         result, dispose = end.result, end.dispose
-        result = answered(end)
         value = {"stop_reason": str(result.stop_reason), "diagnostic": result.diagnostic}
-        meta = end.host_facts()
+        meta, changes = end.host_facts(), end.changes
         if end.limit is not None:
             value["limit"] = end.limit_field
             text = end.limit if dispose is None else f"{end.limit}; dispose failed: {dispose}"
             if result.text:
                 text += "\nPartial output before the run ended:\n" + result.text
-            return ToolResult(text=text, is_error=True, value=value, meta=meta)
+            return ToolResult(
+                text=with_changes(text, changes), is_error=True, value=value, meta=meta
+            )
         if result.stop_reason == StopReason.COMPLETED:
             if dispose is None:
-                return ToolResult(text=result.text, value=value, meta=meta)
+                return ToolResult(text=with_changes(result.text, changes), value=value, meta=meta)
             text = f"subagent run completed; dispose failed: {dispose}\n{result.text}"
-            return ToolResult(text=text, is_error=True, value=value, meta=meta)
+            return ToolResult(
+                text=with_changes(text, changes), is_error=True, value=value, meta=meta
+            )
         text = failure_text(result)
         if dispose is not None:
             first, sep, rest = text.partition("\n")
             text = f"{first}; dispose failed: {dispose}{sep}{rest}"
-        return ToolResult(text=text, is_error=True, value=value, meta=meta)
+        return ToolResult(text=with_changes(text, changes), is_error=True, value=value, meta=meta)
 
     def _background(self, request: SubagentStartRequest, label: str, caller: Caller) -> ToolResult:
         try:
