@@ -43,7 +43,11 @@ async def finished_jobs(store: Path) -> dict[str, str]:
     registry = JobRegistry(JobsConfig(store=str(store)))
 
     async def answer() -> JobOutcome:
-        return JobOutcome(JobStatus.COMPLETED, output="the answer", meta={"usage": {"n": 1}})
+        return JobOutcome(
+            JobStatus.COMPLETED,
+            output="the answer",
+            meta={"usage": {"n": 1}, "workspace": {"branch": "dsh/x"}},
+        )
 
     async def fail() -> JobOutcome:
         return JobOutcome(JobStatus.FAILED, detail="error", output="partial")
@@ -102,6 +106,7 @@ async def test_the_verbs_read_show_and_correct_the_store(
     )
     shown = json.loads(out)
     assert (code, shown["status"], shown["usage"]) == (0, "completed", {"n": 1})
+    assert shown["workspace"] == {"branch": "dsh/x"}  # a worktree run's facts
     assert await asyncio.to_thread(
         run, ["jobs", "output", ids["done"], "--profile", p], capsys
     ) == (0, "the answer\n", "")
