@@ -67,7 +67,7 @@ from dsh.subprocess import (
     kernel_layer,
     marked_processes,
 )
-from dsh.subprocess import _process as process_module
+from dsh.subprocess import _spawn as spawn_module
 from dsh.subprocess.testing import spawner_processes
 from dsh.tool_subagent._limits import RunLimits, Watchdog
 
@@ -359,12 +359,12 @@ class Bench:
         async def body() -> tuple[str, float]:
             nonlocal close_s, tree_id
             # The fallback path, for the A/B (runs are sequential here, so the switch is ours).
-            was = process_module._SUPERVISED
-            process_module._SUPERVISED = was and supervised
+            was = spawn_module._SUPERVISED
+            spawn_module._SUPERVISED = was and supervised
             try:
                 run = await provider.start(request)
             finally:
-                process_module._SUPERVISED = was
+                spawn_module._SUPERVISED = was
             tree_id = _tree_of(run).tree_id
             OUR_TREES.add(tree_id)
             watchdog = None
@@ -834,7 +834,7 @@ async def _bench(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     if args.kernel_layer == "off":
         os.environ[KERNEL_LAYER_ENV] = "off"  # read by every later spawn in this process
     if args.plain_spawn:
-        process_module._SUPERVISED = False
+        spawn_module._SUPERVISED = False
     servers = await ModelServers.start()
     benches: dict[Product, Bench] = {}
     results: dict[Product, Results] = {}

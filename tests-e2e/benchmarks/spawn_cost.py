@@ -17,7 +17,7 @@ import statistics
 import time
 
 from dsh.subprocess import KERNEL_LAYER_ENV, SpawnSpec, SubprocessRuntime
-from dsh.subprocess import _process as process_module
+from dsh.subprocess import _spawn as spawn_module
 
 SAMPLES = 40
 BLOCK = 10
@@ -28,7 +28,7 @@ PATHS = ("kernel", "supervised", "plain")
 
 
 async def _one(runtime: SubprocessRuntime, path: str) -> float:
-    process_module._SUPERVISED = path != "plain"
+    spawn_module._SUPERVISED = path != "plain"
     before = os.environ.pop(KERNEL_LAYER_ENV, None)
     if path != "kernel":
         os.environ[KERNEL_LAYER_ENV] = "off"
@@ -52,7 +52,7 @@ async def _timed(runtime: SubprocessRuntime) -> float:
 
 async def spawn_cost_ms(samples: int = SAMPLES) -> dict[str, float]:
     """Median milliseconds per spawn for each path, and the differences."""
-    default = process_module._SUPERVISED
+    default = spawn_module._SUPERVISED
     times: dict[str, list[float]] = {path: [] for path in PATHS}
     try:
         async with SubprocessRuntime() as runtime:
@@ -66,7 +66,7 @@ async def spawn_cost_ms(samples: int = SAMPLES) -> dict[str, float]:
                     for _ in range(BLOCK):
                         times[path].append(await _one(runtime, path))
     finally:
-        process_module._SUPERVISED = default
+        spawn_module._SUPERVISED = default
     medians = {path: statistics.median(times[path]) * 1000 for path in PATHS}
     return {
         "kernel": round(medians["kernel"], 2),

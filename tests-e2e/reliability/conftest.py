@@ -36,7 +36,7 @@ from dsh.subprocess import (
     default_runtime,
     marked_processes,
 )
-from dsh.subprocess import _process as process_module
+from dsh.subprocess import _spawn as spawn_module
 
 HERE = Path(__file__).resolve().parent
 CODEX_MODEL = "mock-model"
@@ -164,12 +164,12 @@ class Kit:
         of this test's intermittent "survivors are gone" failures). Spawned plain, the killed
         host's orphans go to init, as a crashed host's do, and only the reaper removes them.
         """
-        was = process_module._SUPERVISED
-        process_module._SUPERVISED = was and supervised
+        was = spawn_module._SUPERVISED
+        spawn_module._SUPERVISED = was and supervised
         try:
             return await default_runtime().spawn(spec)
         finally:
-            process_module._SUPERVISED = was
+            spawn_module._SUPERVISED = was
 
     @staticmethod
     @contextlib.asynccontextmanager

@@ -52,7 +52,7 @@ async def main() -> None:
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     if "plain" in sys.argv[6:]:
-        from dsh.subprocess import _process
+        from dsh.subprocess import _spawn
 
-        _process._SUPERVISED = False
+        _spawn._SUPERVISED = False
     asyncio.run(main())

@@ -30,7 +30,7 @@ from dsh.jobs import (
     RecordFilter,
     executor_for,
 )
-from dsh.jobs._executor_choice import run_share
+from dsh.jobs._ray_placement import run_share
 from dsh.jobs._worker_pool import Worker, WorkerPool
 from dsh.jobs.errors import JobArgumentError, JobExecutorError, JobLimitError
 from dsh.jobs.tools import JobListTool

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from dsh.subagent import ProductFailure, StopReason, TextBlock
-from dsh.subagent_codex import _run as run_module
+from dsh.subagent_codex import _handshake as handshake_module
 from dsh.subagent_codex._run import CodexRun
 from dsh.subagent_codex.testing import FunctionCallItem, HttpStatus, MessageItem, Reply
 from dsh.subprocess import marked_processes
@@ -85,7 +85,7 @@ async def test_a_turn_start_the_product_drops_settles_instead_of_waiting_forever
 ) -> None:
     # Past the pre-spawn check (called below it), the real Codex cannot deserialize a turn/start
     # with a lone surrogate, logs it and never answers. The bounded reply wait settles the run.
-    monkeypatch.setattr(run_module, "_TURN_START_REPLY_S", 2.0)
+    monkeypatch.setattr(handshake_module, "_TURN_START_REPLY_S", 2.0)
     provider = codex_env.provider(stderr="discard")
     began = time.monotonic()
     run = await provider._spawn_and_publish(str(codex_env.workspace), [LONE_SURROGATE])

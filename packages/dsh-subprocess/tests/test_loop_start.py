@@ -18,8 +18,9 @@ import psutil
 import pytest
 
 from dsh.subprocess import SpawnSpec, SubprocessRuntime
+from dsh.subprocess import _launch as launch_module
 from dsh.subprocess import _loop_start as loop_start_module
-from dsh.subprocess import _process as process_module
+from dsh.subprocess import _spawn as spawn_module
 from dsh.subprocess import _spawner as spawner_module
 from dsh.subprocess import _start_request as start_request_module
 from dsh.subprocess import _workers as workers_module
@@ -76,11 +77,11 @@ def worker_spawns(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
     def recorded(func: Any, *args: Any) -> Any:
         target = func.func if isinstance(func, functools.partial) else func
-        if target is process_module._spawn_child:
+        if target is spawn_module.spawn_child:
             seen.append(func)
         return real(func, *args)
 
-    monkeypatch.setattr(process_module, "submit", recorded)
+    monkeypatch.setattr(launch_module, "submit", recorded)
     monkeypatch.setattr(workers_module, "submit", recorded)  # what offload() calls
     return seen
 

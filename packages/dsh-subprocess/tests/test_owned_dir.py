@@ -14,6 +14,7 @@ import pytest
 from dsh.subprocess import SpawnError, SpawnSpec, SubprocessRuntime, marked_processes
 from dsh.subprocess import _owned_dir as owned_dir_module
 from dsh.subprocess import _process as process_module
+from dsh.subprocess import _spawn as spawn_module
 
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only"),
@@ -96,7 +97,7 @@ async def test_without_a_supervisor_aclose_removes_it(
     host_removals: list[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(process_module, "_SUPERVISED", False)
+    monkeypatch.setattr(spawn_module, "_SUPERVISED", False)
     proc = await _spawn_late_writer(runtime, owned)
     assert proc._supervised is None
     await proc.aclose()
@@ -124,7 +125,7 @@ async def test_a_killed_supervisor_leaves_it_to_the_host(
 async def test_a_cancelled_aclose_still_removes_it(
     runtime: SubprocessRuntime, owned: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(process_module, "_SUPERVISED", False)
+    monkeypatch.setattr(spawn_module, "_SUPERVISED", False)
     code = (
         "import signal, time\n"
         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
@@ -152,7 +153,7 @@ async def test_a_failed_spawn_removes_it(
     supervised: bool,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(process_module, "_SUPERVISED", supervised)
+    monkeypatch.setattr(spawn_module, "_SUPERVISED", supervised)
     with pytest.raises(SpawnError, match="executable not found"):
         await runtime.spawn(SpawnSpec(["/nonexistent/program"], owned_dir=owned))
     assert not present(owned)

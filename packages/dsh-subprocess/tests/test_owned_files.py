@@ -9,7 +9,7 @@ import pytest
 
 from dsh.subprocess import Collect, SpawnError, SpawnSpec, SubprocessRuntime, marked_processes
 from dsh.subprocess import _owned_dir as owned_dir_module
-from dsh.subprocess import _process as process_module
+from dsh.subprocess import _spawn as spawn_module
 
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only"),
@@ -39,7 +39,7 @@ def host_makes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             seen.append(str(spec.owned_dir))
         real(spec)
 
-    monkeypatch.setattr(process_module, "make_owned_dir", recorded)
+    monkeypatch.setattr(spawn_module, "make_owned_dir", recorded)
     return seen
 
 
@@ -51,7 +51,7 @@ async def test_the_program_starts_with_the_dir_and_its_files(
     host_makes: list[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(process_module, "_SUPERVISED", supervised)
+    monkeypatch.setattr(spawn_module, "_SUPERVISED", supervised)
     owned = tmp_path / "owned"
     spec = SpawnSpec(
         [sys.executable, "-c", INSPECT, str(owned)],
@@ -83,7 +83,7 @@ async def test_something_already_at_the_path_fails_the_spawn_untouched(
     planted: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(process_module, "_SUPERVISED", supervised)
+    monkeypatch.setattr(spawn_module, "_SUPERVISED", supervised)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "keep").write_text("mine")
@@ -107,7 +107,7 @@ async def test_a_failed_exec_removes_the_dir_it_made(
     supervised: bool,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(process_module, "_SUPERVISED", supervised)
+    monkeypatch.setattr(spawn_module, "_SUPERVISED", supervised)
     owned = tmp_path / "owned"
     spec = SpawnSpec(["/nonexistent/program"], owned_dir=owned, owned_files=FILES)
     with pytest.raises(SpawnError, match="executable not found"):

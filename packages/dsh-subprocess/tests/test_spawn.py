@@ -13,7 +13,7 @@ from dsh.subprocess import (
     SubprocessRuntime,
     default_runtime,
 )
-from dsh.subprocess import _process as process_module
+from dsh.subprocess import _spawn as spawn_module
 from dsh.subprocess.testing import describe_processes
 
 ARGV_MSG = "invalid argv: expected a non-empty program name at argv[0]"
@@ -52,7 +52,7 @@ async def test_bad_cwd(
     runtime: SubprocessRuntime, tmp_path: Path, supervised: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Reported by the program's own start (no stat beforehand), on either path.
-    monkeypatch.setattr(process_module, "_SUPERVISED", supervised)
+    monkeypatch.setattr(spawn_module, "_SUPERVISED", supervised)
     with pytest.raises(SpawnError, match="cwd does not exist"):
         await runtime.spawn(SpawnSpec([sys.executable, "-c", ""], cwd=tmp_path / "nope"))
     afile = tmp_path / "f"

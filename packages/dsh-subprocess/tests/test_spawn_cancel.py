@@ -17,7 +17,8 @@ import psutil
 import pytest
 
 from dsh.subprocess import SpawnError, SpawnSpec, SubprocessRuntime
-from dsh.subprocess import _process as process_module
+from dsh.subprocess import _launch as launch_module
+from dsh.subprocess import _spawn as spawn_module
 from dsh.subprocess import _workers as workers_module
 
 # The child forks a grandchild, so the take-down has a tree to clear, not just one pid.
@@ -43,10 +44,10 @@ class Gate:
 
 @pytest.fixture
 def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Gate]:
-    held = Gate(process_module._popen)
-    monkeypatch.setattr(process_module, "_popen", held)
+    held = Gate(spawn_module._popen)
+    monkeypatch.setattr(spawn_module, "_popen", held)
     # The worker-thread path, even with a standby waiting (test_loop_start.py has the other).
-    monkeypatch.setattr(process_module, "_start_from_loop", lambda *args: None)
+    monkeypatch.setattr(launch_module, "start_from_loop", lambda *args: None)
     yield held
     held.release.set()
 

@@ -22,6 +22,7 @@ from dsh.subprocess import (
 )
 from dsh.subprocess import _process as process_module
 from dsh.subprocess import _procfs as procfs_module
+from dsh.subprocess import _spawn as spawn_module
 from dsh.subprocess import _spawner as spawner_module
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
@@ -158,7 +159,7 @@ async def test_spawn_errors_are_the_same_under_a_supervisor(
 async def test_the_fallback_without_a_supervisor_still_works(
     runtime: SubprocessRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(process_module, "_SUPERVISED", False)
+    monkeypatch.setattr(spawn_module, "_SUPERVISED", False)
     proc = await runtime.spawn(SpawnSpec([sys.executable, "-c", "print('plain')"]))
     assert proc._supervised is None
     assert proc.stdout is not None

@@ -11,10 +11,10 @@ import json
 import os
 import sys
 
-from dsh.subprocess import SpawnSpec, _process, default_runtime
+from dsh.subprocess import SpawnSpec, _spawn, default_runtime
 
 if sys.argv[2:] == ["plain"]:
-    _process._SUPERVISED = False
+    _spawn._SUPERVISED = False
 
 CHILD = (
     "import os, signal, time\n"

@@ -26,7 +26,7 @@ import time
 from typing import Any, ClassVar
 
 from dsh.jobs._executor import Executor, JobStarted, JobWork, PortableWork, resolve
-from dsh.jobs._executor_choice import NODE_RESOURCE, run_share
+from dsh.jobs._ray_placement import NODE_RESOURCE, run_share
 from dsh.jobs._types import JobOutcome
 from dsh.jobs._worker_pool import Worker, WorkerPool
 from dsh.jobs.errors import JobExecutorError

@@ -14,7 +14,6 @@ import functools
 import logging
 import math
 import secrets
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -27,12 +26,13 @@ from dsh.jobs._job import (
     CURRENT_JOB,
     Job,
     JobOverview,
-    joined,
     new_id,
-    safe_exception_detail,
     session_of,
     snapshot_of,
 )
+from dsh.jobs._overview import overview_of
+from dsh.jobs._pending_flags import PendingFlags
+from dsh.jobs._settlement import settlement_of
 from dsh.jobs._sqlite_store import SqliteJobStore
 from dsh.jobs._store import JobRecord, JobStore, RecordFilter
 from dsh.jobs._store_choice import store_for
@@ -92,10 +92,7 @@ class JobRegistry:
         self._origin = secrets.token_hex(8)
         self._jobs: dict[str, Job] = {}
         self._listeners: list[JobDoneListener] = []
-        # Flag changes (reported, noticed, kill_requested) queued to the store and not yet
-        # durable, with how many writes are in flight: this registry's reads see them at once.
-        self._pending: dict[str, tuple[dict[str, bool], int]] = {}
-        self._pending_lock = threading.Lock()
+        self._flags = PendingFlags(self.open_store)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
@@ -134,49 +131,6 @@ class JobRegistry:
             job = self._jobs.get(job_id)
             if job is not None and not job.done.is_set():
                 self._request_kill(job, OUTSIDE_KILL_REASON)
-
-    # -- what this registry wrote, before the store has it ---------------------------------
-
-    def _flag(self, job_id: str, changes: dict[str, bool]) -> None:
-        """Queue flag changes of a stored job; this registry's reads see them at once."""
-        with self._pending_lock:
-            flags, writes = self._pending.get(job_id, ({}, 0))
-            self._pending[job_id] = ({**flags, **changes}, writes + 1)
-        self.store.update(job_id, changes, functools.partial(self._flag_landed, job_id))
-
-    def _flag_landed(self, job_id: str) -> None:  # on the store's writer thread
-        with self._pending_lock:
-            flags, writes = self._pending[job_id]
-            if writes <= 1:
-                del self._pending[job_id]
-            else:
-                self._pending[job_id] = (flags, writes - 1)
-
-    def _seen(self, read: Callable[[], Iterable[JobRecord]]) -> list[JobRecord]:
-        """Stored records, read by ``read``, as this registry last changed them, whose holder
-        is checked.
-
-        The queued flags are taken before the read as well as after it: a write that lands
-        between the two has left the queue, and the read may predate it (a notice taken twice).
-        Flags only ever turn on, so both views are merged.
-        """
-        with self._pending_lock:
-            before = {job_id: flags for job_id, (flags, _) in self._pending.items()}
-        records = self.store.correct(read())
-        out = []
-        for record in records:
-            with self._pending_lock:
-                after = self._pending.get(record.id)
-            flags = {**before.get(record.id, {}), **(after[0] if after is not None else {})}
-            if flags:
-                record = replace(
-                    record,
-                    reported=flags.get("reported", record.reported),
-                    noticed=flags.get("noticed", record.noticed),
-                    kill_requested=flags.get("kill_requested", record.kill_requested),
-                )
-            out.append(record)
-        return out
 
     # -- starting ---------------------------------------------------------------------------
 
@@ -275,32 +229,7 @@ class JobRegistry:
     def _on_task_done(self, job: Job, task: asyncio.Task[JobOutcome]) -> None:
         if job.done.is_set():
             return
-        status: JobStatus
-        detail: str | None
-        output = ""
-        if task.cancelled():
-            status, detail = JobStatus.KILLED, job.kill_reason
-        elif (exc := task.exception()) is not None:
-            logger.debug("job %s work raised", job.id, exc_info=exc)
-            if job.kill_requested:
-                status, detail = (
-                    JobStatus.KILLED,
-                    joined(job.kill_reason, safe_exception_detail(exc)),
-                )
-            else:
-                status, detail = JobStatus.FAILED, safe_exception_detail(exc)
-        else:
-            outcome = task.result()
-            if outcome.meta is not None:
-                job.meta = dict(outcome.meta)
-            if job.kill_requested and outcome.status is not JobStatus.KILLED:
-                status, detail = JobStatus.KILLED, job.kill_reason
-            elif job.kill_requested:
-                # The work's own facts about the kill (a failed teardown, say) follow the reason.
-                status, detail = JobStatus.KILLED, joined(job.kill_reason, outcome.detail)
-                output = outcome.output or ""
-            else:
-                status, detail, output = outcome.status, outcome.detail, outcome.output or ""
+        status, detail, output = settlement_of(job, task)
         self._settle(job, status, detail, output)
 
     def _settle(self, job: Job, status: JobStatus, detail: str | None, output: str) -> None:
@@ -346,7 +275,7 @@ class JobRegistry:
             del self._jobs[job.id]
             if job.settled_flags != (job.reported, job.noticed):
                 # A read since the settlement follows the job into the store.
-                self._flag(job.id, {"reported": job.reported, "noticed": job.noticed})
+                self._flags.flag(job.id, {"reported": job.reported, "noticed": job.noticed})
 
     # -- listeners --------------------------------------------------------------------------
 
@@ -377,7 +306,7 @@ class JobRegistry:
             return []
         # Only the few records a notice is still due for are read, not the owner's history.
         where = RecordFilter(owner=session, live=False, unnoticed=True)
-        due = {r.id: r for r in self._seen(lambda: self.store.newest(where, 1 << 16))}
+        due = {r.id: r for r in self._flags.seen(lambda: self.store.newest(where, 1 << 16))}
         for held in self._jobs.values():
             if held.owner_session == session and held.done.is_set():
                 due[held.id] = held.record()
@@ -389,14 +318,14 @@ class JobRegistry:
             if job is not None:
                 job.noticed = True
             else:
-                self._flag(record.id, {"noticed": True})
+                self._flags.flag(record.id, {"noticed": True})
             notices.append(completion_notice(snapshot_of(record)))
         return notices
 
     # -- access -----------------------------------------------------------------------------
 
     def _stored(self, job_id: str) -> JobRecord | None:
-        found = self._seen(lambda: [r for r in [self.store.get(job_id)] if r is not None])
+        found = self._flags.seen(lambda: [r for r in [self.store.get(job_id)] if r is not None])
         return found[0] if found else None
 
     def _find(self, job_id: str, caller: JobOwner | None) -> tuple[Job | None, JobRecord]:
@@ -418,7 +347,7 @@ class JobRegistry:
         """The session's records and the unowned ones this registry started, in start order:
         the store's, with memory's newer copies of the jobs still here."""
         where = RecordFilter(owner=session or "", origin=self._origin, live=live)
-        stored = {r.id: r for r in self._seen(lambda: self.store.newest(where, 1 << 30))}
+        stored = {r.id: r for r in self._flags.seen(lambda: self.store.newest(where, 1 << 30))}
         for job in self._jobs.values():
             if job.owner_session in (session, None):
                 record = job.record()
@@ -442,35 +371,8 @@ class JobRegistry:
         """
         session = session_of(caller)
         mine = [job for job in self._jobs.values() if job.owner_session in (session, None)]
-        here = tuple(job.id for job in mine)
-        store = self.store
-        owner = session or ""
-        live_where = RecordFilter(owner=owner, origin=self._origin, live=True, exclude=here)
-        live = {r.id: r for r in self._seen(lambda: store.newest(live_where, 1 << 16))}
-        finished_where = RecordFilter(owner=owner, origin=self._origin, live=False, exclude=here)
-        finished = {
-            r.id: r
-            for r in self._seen(lambda: store.newest(finished_where, finished_limit, by="finished"))
-        }
-        total = store.count(finished_where)
-        for record in list(live.values()):
-            if record.terminal:  # its holder was gone: settled as this read found it
-                del live[record.id]
-                finished[record.id] = record
-                total += 1
-        for job in mine:
-            record = job.record()
-            if record.terminal:
-                finished[job.id] = record
-                total += 1
-            else:
-                live[job.id] = record
-        newest = sorted(finished.values(), key=lambda r: r.finished_at or 0.0, reverse=True)
-        shown = newest[:finished_limit]
-        return JobOverview(
-            live=[snapshot_of(r) for r in sorted(live.values(), key=lambda r: r.started_at)],
-            finished=[snapshot_of(r) for r in shown],
-            more=max(0, total - len(shown)),
+        return overview_of(
+            mine, self.store, self._flags, session or "", self._origin, finished_limit
         )
 
     def get(self, job_id: str, caller: JobOwner | None) -> JobSnapshot:
@@ -484,7 +386,7 @@ class JobRegistry:
         if job is not None:
             job.reported = True
         elif not record.reported:
-            self._flag(job_id, {"reported": True})
+            self._flags.flag(job_id, {"reported": True})
         return record.output
 
     def kill(self, job_id: str, caller: JobOwner | None, reason: str | None = None) -> str:
@@ -496,7 +398,7 @@ class JobRegistry:
         if record.terminal:
             return "already-finished"
         if job is None:
-            self._flag(job_id, {"kill_requested": True, "reported": True})
+            self._flags.flag(job_id, {"kill_requested": True, "reported": True})
             return "requested"
         job.reported = True
         self._request_kill(job, reason)
@@ -537,7 +439,7 @@ class JobRegistry:
             await asyncio.sleep(min(REMOTE_POLL_S, max(0.0, deadline - time.monotonic())))
             record = self._stored(record.id) or record
         if record.terminal and not record.reported:
-            self._flag(record.id, {"reported": True})
+            self._flags.flag(record.id, {"reported": True})
             record = replace(record, reported=True)
         return snapshot_of(record)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from dsh.subagent import DEMO_ERROR_BODY, DemoFailure, DemoModel, DemoPlan
 from dsh.subagent.kit import FailureFacts, failure_line
-from dsh.subagent_claude_code.testing import Behaviour, FakeMessagesServer, hermetic_env
+from dsh.subagent_claude_code._fake_server import Behaviour, FakeMessagesServer, hermetic_env
 from dsh.subprocess import marked_processes
 
 __all__ = ["FAILURE", "PRODUCT", "SERVE_ANSWER", "demo_plan"]

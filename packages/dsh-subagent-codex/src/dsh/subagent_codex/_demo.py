@@ -14,14 +14,8 @@ from typing import Any
 
 from dsh.subagent import DEMO_ERROR_BODY, DemoFailure, DemoModel, DemoPlan
 from dsh.subagent.kit import FailureFacts, failure_line
-from dsh.subagent_codex.testing import (
-    FakeResponsesServer,
-    HttpStatus,
-    MessageItem,
-    Reply,
-    hermetic_env,
-    write_codex_home,
-)
+from dsh.subagent_codex._fake_responses import FakeResponsesServer, HttpStatus, MessageItem, Reply
+from dsh.subagent_codex._hermetic_home import hermetic_env, write_codex_home
 from dsh.subprocess import marked_processes
 
 __all__ = ["DEMO_MODEL", "FAILURE", "PRODUCT", "SERVE_ANSWER", "demo_plan"]

@@ -34,7 +34,8 @@ from dsh.subagent_codex._private import (
     private_overlay,
     sweep_lost_private_dirs_once,
 )
-from dsh.subagent_codex._run import CodexRun, StartupFailure
+from dsh.subagent_codex._run import CodexRun
+from dsh.subagent_codex._turn import StartupFailure
 from dsh.subagent_codex._warm import CodexSteps, WarmCodex
 from dsh.subagent_codex._wire import MAX_LINE_BYTES
 from dsh.subprocess import (

@@ -1,47 +1,34 @@
-"""ManagedProcess: one spawned child, its pipes, and its whole tree."""
+"""ManagedProcess: one spawned child, its pipes, and its whole tree, from its start to its close.
+
+The spawn itself is ``_spawn``'s, and ``_launch`` makes a ManagedProcess of the child.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import errno
-import functools
 import logging
 import os
 import subprocess
 import time
-import uuid
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Future
 from types import TracebackType
-from typing import IO, Literal, TypeVar
-
-import psutil
+from typing import Literal, TypeVar
 
 from dsh.subprocess import _procfs
-from dsh.subprocess._cgroup import kernel_layer, limits_problem
 from dsh.subprocess._contention import contention
-from dsh.subprocess._env import build_child_env
-from dsh.subprocess._loop_start import start_on_loop
-from dsh.subprocess._marker import format_marker
-from dsh.subprocess._owned_dir import make_owned_dir, remove_owned_dir
-from dsh.subprocess._priority import lower_priority, lower_running
-from dsh.subprocess._procfs import TREE_MARKER_ENV, Snapshot, read_info, scan
-from dsh.subprocess._spawner import (
-    GroupJoinFailed,
-    OwnedDirFailed,
-    SpawnerUnavailable,
-    SupervisedChild,
-)
-from dsh.subprocess._spec import Collect, CollectedText, ProcessOutcome, SpawnSpec, StreamSpec
-from dsh.subprocess._start_request import spawn_supervised
-from dsh.subprocess._trace_context import apply_trace_context
+from dsh.subprocess._owned_dir import remove_owned_dir
+from dsh.subprocess._pipes import Pipes
+from dsh.subprocess._priority import lower_running
+from dsh.subprocess._procfs import Snapshot, read_info, scan
+from dsh.subprocess._spawn import Child
+from dsh.subprocess._spawner import SupervisedChild
+from dsh.subprocess._spec import CollectedText, ProcessOutcome, SpawnSpec
 from dsh.subprocess._tree import Tree
-from dsh.subprocess._workers import offload, submit
-from dsh.subprocess.errors import SpawnError, TeardownError
+from dsh.subprocess._workers import offload
+from dsh.subprocess.errors import TeardownError
 
-__all__ = ["ManagedProcess", "launch"]
+__all__ = ["ManagedProcess", "abort_start", "finish_despite_cancel", "start_process"]
 
 _log = logging.getLogger("dsh.subprocess")
 
@@ -59,53 +46,8 @@ _SUPERVISED_FAST_S = 0.1
 once, is what ends the wait; scans until then only look for marked processes outside it."""
 _KILL_CONFIRM_S = 5.0
 """How long after SIGKILL aclose() waits for the tree before giving up with TeardownError."""
-_READ_CHUNK = 65536
 
-_owner: tuple[int, str] | None = None
 _T = TypeVar("_T")
-_SUPERVISED = _procfs._IS_LINUX
-"""Spawn through a subreaper supervisor (Linux); elsewhere a plain ``Popen`` in a new session."""
-
-Child = subprocess.Popen[bytes] | SupervisedChild
-
-
-def _owner_identity() -> str:
-    """``<pid>:<create time>`` of the calling process (cached per pid, so forks recompute)."""
-    global _owner
-    pid = os.getpid()
-    if _owner is None or _owner[0] != pid:
-        _owner = (pid, f"{pid}:{psutil.Process(pid).create_time():.3f}")
-    return _owner[1]
-
-
-def new_marker() -> str:
-    """A fresh tree marker: ``<owner pid>:<owner start time>:<uuid>``."""
-    return format_marker(_owner_identity(), uuid.uuid4().hex)
-
-
-class _Tail:
-    """The last ``max_bytes`` bytes of a stream."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.data = bytearray()
-        self.truncated = False
-
-    def add(self, chunk: bytes) -> None:
-        self.data += chunk
-        excess = len(self.data) - self.max_bytes
-        if excess > 0:
-            del self.data[:excess]
-            self.truncated = True
-
-    def text(self) -> CollectedText:
-        data = bytes(self.data)
-        if self.truncated:
-            skip = 0  # do not start the text in the middle of a UTF-8 sequence
-            while skip < min(3, len(data)) and data[skip] & 0xC0 == 0x80:
-                skip += 1
-            data = data[skip:]
-        return CollectedText(data.decode("utf-8", "replace"), self.truncated)
 
 
 class ManagedProcess:
@@ -146,10 +88,7 @@ class ManagedProcess:
         self._term_at: float | None = None
         self._kill_at: float | None = None
         self._pidfd: int | None = None
-        self._transports: list[asyncio.BaseTransport] = []
-        self._tails: dict[str, _Tail] = {}
-        self._collectors: list[asyncio.Task[None]] = []
-        self._feeder: asyncio.Task[None] | None = None
+        self._pipes = Pipes()
         self._sampler: asyncio.Task[None] | None = None
         self._gone_notified = False
         self._reported_empty = False
@@ -199,12 +138,7 @@ class ManagedProcess:
 
     def collected(self, name: Literal["stdout", "stderr"]) -> CollectedText:
         """The bounded tail (so far) of a ``Collect`` stream."""
-        tail = self._tails.get(name)
-        if tail is None:
-            raise ValueError(
-                "collected() needs 'stdout' or 'stderr' spawned with Collect(max_bytes)"
-            )
-        return tail.text()
+        return self._pipes.collected(name)
 
     async def wait(self) -> ProcessOutcome:
         """Wait for the direct child to exit; Collect draining after exit is bounded by grace_ms."""
@@ -218,7 +152,7 @@ class ManagedProcess:
             finally:
                 if polled:
                     self._waiters -= 1
-        pending = [task for task in self._collectors if not task.done()]
+        pending = [task for task in self._pipes.collectors if not task.done()]
         if pending and self._exit_time is not None:
             remaining = self._exit_time + self._grace_s - time.monotonic()
             if remaining > 0:
@@ -300,7 +234,7 @@ class ManagedProcess:
     async def _close_tree(self) -> None:
         clean = False
         try:
-            self._close_stdin()
+            self._pipes.close_stdin()
             self.terminate()
             if not await self.wait_for_exit(self._grace_s + _KILL_CONFIRM_S):
                 raise TeardownError("process tree still alive after SIGKILL")
@@ -318,13 +252,13 @@ class ManagedProcess:
             if await finish_despite_cancel(self.wait_for_exit(_KILL_CONFIRM_S)):
                 for task in self._tasks():
                     task.cancel()
-                self._close_transports()
+                self._pipes.close_transports()
                 self._closed = True
             raise
         finally:
             if not clean:
                 self.kill_now()
-        self._close_transports()
+        self._pipes.close_transports()
         self._closed = True
 
     async def __aenter__(self) -> ManagedProcess:
@@ -549,31 +483,11 @@ class ManagedProcess:
 
     async def _start(self) -> None:
         """Connect the pipes and start the owned tasks (exit watch, collectors, feeder, sampler)."""
-        loop = self._loop
-        popen = self._popen
         self._watch_exit()
-        if popen.stdin is not None:
-            stdin_pipe, popen.stdin = popen.stdin, None
-            writer = await _connect_writer(loop, stdin_pipe)
-            self._transports.append(writer.transport)
-            if isinstance(self.spec.stdin, bytes):
-                self._feeder = loop.create_task(_feed(writer, self.spec.stdin))
-            else:
-                self.stdin = writer
-        for name in ("stdout", "stderr"):
-            pipe: IO[bytes] | None = getattr(popen, name)
-            if pipe is None:
-                continue
-            setattr(popen, name, None)
-            reader, transport = await _connect_reader(loop, pipe)
-            self._transports.append(transport)
-            mode: StreamSpec = getattr(self.spec, name)
-            if isinstance(mode, Collect):
-                tail = self._tails[name] = _Tail(mode.max_bytes)
-                self._collectors.append(loop.create_task(_collect(reader, tail)))
-            else:
-                setattr(self, name, reader)
-        self._sampler = loop.create_task(self._sample_loop())
+        pipes = self._pipes
+        await pipes.connect(self._popen, self.spec, self._loop)
+        self.stdin, self.stdout, self.stderr = pipes.stdin, pipes.stdout, pipes.stderr
+        self._sampler = self._loop.create_task(self._sample_loop())
 
     def _abort_start(self) -> None:
         """Undo a half-finished start without awaiting: kill, close, reap, confirm (bounded)."""
@@ -592,7 +506,7 @@ class ManagedProcess:
         for pipe in (self._popen.stdin, self._popen.stdout, self._popen.stderr):
             if pipe is not None:
                 pipe.close()
-        self._close_transports()
+        self._pipes.close_transports()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._popen.wait(timeout=max(0.0, deadline - time.monotonic()))
         self._poll_exit()
@@ -604,21 +518,13 @@ class ManagedProcess:
             self._notify_gone()
 
     def _tasks(self) -> list[asyncio.Task[None]]:
-        tasks = list(self._collectors)
-        if self._feeder is not None:
-            tasks.append(self._feeder)
+        tasks = self._pipes.tasks()
         if self._sampler is not None:
             tasks.append(self._sampler)
         return tasks
 
-    def _close_stdin(self) -> None:
-        if self.stdin is not None and not self.stdin.is_closing():
-            self.stdin.close()
-        if self._feeder is not None and not self._feeder.done():
-            self._feeder.cancel()
-
     async def _finish_tasks(self) -> None:
-        pending = [task for task in self._collectors if not task.done()]
+        pending = [task for task in self._pipes.collectors if not task.done()]
         if pending and self._exit_time is not None:
             remaining = self._exit_time + self._grace_s - time.monotonic()
             if remaining > 0:
@@ -632,11 +538,6 @@ class ManagedProcess:
         for task in tasks:
             if not task.cancelled() and task.exception() is not None:
                 _log.debug("process task failed", exc_info=task.exception())
-
-    def _close_transports(self) -> None:
-        for transport in self._transports:
-            with contextlib.suppress(Exception):
-                transport.close()
 
 
 async def finish_despite_cancel(work: Awaitable[_T]) -> _T:
@@ -653,271 +554,15 @@ async def finish_despite_cancel(work: Awaitable[_T]) -> _T:
                 return task.result()
 
 
-async def _connect_reader(
-    loop: asyncio.AbstractEventLoop, pipe: IO[bytes]
-) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
-    reader = asyncio.StreamReader(loop=loop)
-    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
-    try:
-        transport, _ = await loop.connect_read_pipe(lambda: protocol, pipe)
-    except BaseException:
-        pipe.close()
-        raise
-    return reader, transport
-
-
-async def _connect_writer(loop: asyncio.AbstractEventLoop, pipe: IO[bytes]) -> asyncio.StreamWriter:
-    protocol = asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop)
-    try:
-        transport, _ = await loop.connect_write_pipe(lambda: protocol, pipe)
-    except BaseException:
-        pipe.close()
-        raise
-    return asyncio.StreamWriter(transport, protocol, None, loop)
-
-
-async def _feed(writer: asyncio.StreamWriter, data: bytes) -> None:
-    try:
-        if data:
-            writer.write(data)
-            await writer.drain()
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # the child closed its stdin early: EPIPE is expected and ignored
-    finally:
-        writer.close()
-
-
-async def _collect(reader: asyncio.StreamReader, tail: _Tail) -> None:
-    while chunk := await reader.read(_READ_CHUNK):
-        tail.add(chunk)
-
-
-def _check_cwd(cwd: str | os.PathLike[str] | None) -> str | None:
-    # No stat here: the program's own start reports a cwd it cannot enter, by errno (two stats
-    # of a cold path cost a spawn about 0.1 ms).
-    return None if cwd is None else os.fspath(cwd)
-
-
-def _spawn_error(exc: OSError, cwd: str | None) -> SpawnError:
-    if isinstance(exc, OwnedDirFailed):
-        code = errno.errorcode.get(exc.errno or 0, "unknown error")
-        return SpawnError(f"spawn failed: cannot create owned_dir ({code})")
-    kind = type(exc).__name__
-    if cwd is not None and exc.filename == cwd:
-        if exc.errno == errno.ENOENT:
-            return SpawnError("spawn failed: cwd does not exist")
-        if exc.errno == errno.ENOTDIR:
-            return SpawnError("spawn failed: cwd is not a directory")
-        return SpawnError(f"spawn failed: cannot enter cwd ({kind})")
-    if isinstance(exc, FileNotFoundError | NotADirectoryError):
-        return SpawnError("spawn failed: executable not found (argv[0])")
-    if isinstance(exc, PermissionError):
-        return SpawnError("spawn failed: executable not permitted (argv[0])")
-    return SpawnError(f"spawn failed: cannot execute argv[0] ({kind})")
-
-
-def _stream_arg(mode: StreamSpec) -> int | None:
-    if isinstance(mode, Collect) or mode == "pipe":
-        return subprocess.PIPE
-    return None if mode == "inherit" else subprocess.DEVNULL
-
-
-def _popen(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> Child:
-    """Start the child: under a supervisor where possible (in the run's cgroup where the
-    machine allows it), else a plain ``Popen``."""
-    strict = spec.limits is not None and not spec.limits.best_effort
-    if _SUPERVISED:
-        problem = limits_problem(spec.limits)
-        if problem is not None:
-            raise SpawnError(f"{problem}; allow best effort to run without the limits")
-        owner = _owner_identity()
-        try:
-            try:
-                use_groups = kernel_layer().active
-                child = spawn_supervised(spec, env, cwd, owner, use_groups=use_groups)
-            except GroupJoinFailed:
-                _log.debug("joining the run's cgroup failed", exc_info=True)
-                if strict:
-                    raise _limits_error(spec, "the run's cgroup could not be joined") from None
-                child = spawn_supervised(spec, env, cwd, owner, use_groups=False)
-            if child.group is None and strict and kernel_layer().active:
-                child.close()  # the supervisor kills what it started
-                raise _limits_error(spec, "the run's cgroup could not be created")
-            return child
-        except SpawnerUnavailable:
-            _log.debug("spawner unavailable; spawning without a supervisor", exc_info=True)
-        except OSError as exc:
-            _log.debug("spawn failed", exc_info=True)
-            raise _spawn_error(exc, cwd) from exc
-    if strict:
-        raise _limits_error(spec, "no supervisor could be started")
-    try:
-        make_owned_dir(spec)
-    except OSError as exc:
-        _log.debug("owned_dir could not be made", exc_info=True)
-        failed = OwnedDirFailed(exc.errno, exc.strerror)
-        raise _spawn_error(failed, cwd) from failed
-    return _plain_popen(spec, env, cwd)
-
-
-def _limits_error(spec: SpawnSpec, reason: str) -> SpawnError:
-    key = spec.limits.requested[0] if spec.limits is not None and spec.limits.requested else "?"
-    return SpawnError(
-        f"limits.{key} cannot be enforced on this machine ({reason}); "
-        "allow best effort to run without the limits"
-    )
-
-
-def _plain_popen(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> subprocess.Popen[bytes]:
-    stdin = subprocess.DEVNULL if spec.stdin == "ignore" else subprocess.PIPE
-    try:
-        return subprocess.Popen(
-            list(spec.argv),
-            cwd=cwd,
-            env=env,
-            stdin=stdin,
-            stdout=_stream_arg(spec.stdout),
-            stderr=_stream_arg(spec.stderr),
-            start_new_session=True,
-            close_fds=True,
-            bufsize=0,
-        )
-    except OSError as exc:
-        _log.debug("spawn failed", exc_info=True)
-        raise _spawn_error(exc, cwd) from exc
-    except ValueError as exc:
-        raise SpawnError("spawn failed: invalid argument") from exc
-
-
-def _start_from_loop(
-    spec: SpawnSpec, env: dict[str, str], cwd: str | None
-) -> asyncio.Future[Child] | None:
-    """The spawn without a worker thread (``_loop_start``), where it applies; else None."""
-    if not _SUPERVISED:
-        return None
-    return start_on_loop(
-        spec,
-        env,
-        cwd,
-        _owner_identity(),
-        use_groups=kernel_layer().active,
-        fallback=functools.partial(_spawn_child, spec, env, cwd),
-    )
-
-
-def _spawn_child(spec: SpawnSpec, env: dict[str, str], cwd: str | None) -> Child:
-    """The worker-thread half of a spawn: fork and exec, then the requested priority.
-
-    ``spec.nice`` is resolved here (never ``"auto"``). A supervised child has set its own
-    priority between fork and exec.
-    """
-    popen = _popen(spec, env, cwd)
-    if isinstance(spec.nice, int) and not isinstance(popen, SupervisedChild):
-        lower_priority(popen.pid, spec.nice)
-    return popen
-
-
-async def launch(
-    spec: SpawnSpec,
-    *,
-    on_spawned: Callable[[ManagedProcess], None],
-    on_gone: Callable[[ManagedProcess], None],
-) -> ManagedProcess:
-    """Spawn ``spec`` and return its ManagedProcess (``on_spawned`` runs once the child exists).
-
-    The fork and exec run in a worker thread (``_workers``): on the loop thread, under CPU load, one
-    ``fork_exec`` stalls every other task for 5 to 30 ms (measured: 8 products starting at once).
-    A spawn that fails (or is cancelled) removes ``spec.owned_dir`` before it raises, unless it
-    was to create the dir and found something at the path.
-    """
-    try:
-        return await _launch(spec, on_spawned=on_spawned, on_gone=on_gone)
-    except BaseException as error:
-        if spec.owned_dir is not None and not _found_in_the_way(error):
-            await finish_despite_cancel(offload(remove_owned_dir, spec.owned_dir))
-        raise
-
-
-def _found_in_the_way(error: BaseException) -> bool:
-    """The spawn was to create ``owned_dir`` and something was at the path: not ours to remove."""
-    cause = error.__cause__
-    return isinstance(cause, OwnedDirFailed) and cause.errno == errno.EEXIST
-
-
-async def _launch(
-    spec: SpawnSpec,
-    *,
-    on_spawned: Callable[[ManagedProcess], None],
-    on_gone: Callable[[ManagedProcess], None],
-) -> ManagedProcess:
-    loop = asyncio.get_running_loop()
-    marker = new_marker()
-    env = build_child_env(spec.env)
-    apply_trace_context(env, spec.env)
-    env[TREE_MARKER_ENV] = marker
-    cwd = _check_cwd(spec.cwd)
-    started_at = contention.start_nice() if spec.nice == "auto" else spec.nice
-    # Nice 0 asks for nothing: a child never runs above the caller's priority anyway, and asking
-    # costs the supervisor a fork instead of a vfork.
-    resolved = dataclasses.replace(spec, nice=started_at or None)
-    job: Future[Child] | None = None
-    spawning = _start_from_loop(resolved, env, cwd)
-    if spawning is None:
-        job = submit(_spawn_child, resolved, env, cwd)
-        spawning = asyncio.wrap_future(job)
-    try:
-        popen = await asyncio.shield(spawning)
-    except OSError as exc:  # from the loop-side start (the worker-thread one maps its own)
-        _log.debug("spawn failed", exc_info=True)
-        raise _spawn_error(exc, cwd) from exc
-    except asyncio.CancelledError:
-        if job is not None and job.cancel():
-            raise  # still queued: no fork happened
-        # The fork may already have happened: finish it, then take the child down with the
-        # ordinary half-started path, so a cancelled spawn never leaves a process behind.
-        late = await _finish_spawn(spawning)
-        if late is not None:
-            _adopt(late, spec, marker, loop, on_spawned, on_gone)._abort_start()
-        raise
-    proc = _adopt(popen, spec, marker, loop, on_spawned, on_gone)
-    if spec.nice == "auto":
-        contention.busy(proc, started_at=started_at or 0)
+async def start_process(proc: ManagedProcess) -> None:
+    """Connect a new ``proc``'s pipes and start its tasks; a failed start is undone, then raised."""
     try:
         await proc._start()
     except BaseException:
         proc._abort_start()
         raise
-    return proc
 
 
-def _adopt(
-    popen: Child,
-    spec: SpawnSpec,
-    marker: str,
-    loop: asyncio.AbstractEventLoop,
-    on_spawned: Callable[[ManagedProcess], None],
-    on_gone: Callable[[ManagedProcess], None],
-) -> ManagedProcess:
-    anchor = None
-    if isinstance(popen, SupervisedChild):
-        anchor = read_info(popen.supervisor_pid)
-    group = popen.group if isinstance(popen, SupervisedChild) else None
-    tree = Tree(read_info(popen.pid), popen.pid, marker, anchor, group)
-    proc = ManagedProcess(popen=popen, spec=spec, tree=tree, loop=loop, on_gone=on_gone)
-    on_spawned(proc)
-    return proc
-
-
-async def _finish_spawn(
-    spawning: asyncio.Future[Child],
-) -> Child | None:
-    """Wait out a spawn whose caller was cancelled (bounded: one fork and exec); None if it failed.
-
-    Further cancellations are absorbed here; the caller re-raises the first one.
-    """
-    while not spawning.done():
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(spawning)
-    if spawning.cancelled() or spawning.exception() is not None:
-        return None
-    return spawning.result()
+def abort_start(proc: ManagedProcess) -> None:
+    """Undo the start of a ``proc`` whose spawn was cancelled after its fork, without awaiting."""
+    proc._abort_start()

@@ -9,13 +9,9 @@ import threading
 import time
 from types import TracebackType
 
+from dsh.subprocess._launch import launch
 from dsh.subprocess._owned_dir import remove_owned_dir
-from dsh.subprocess._process import (
-    _KILL_CONFIRM_S,
-    ManagedProcess,
-    finish_despite_cancel,
-    launch,
-)
+from dsh.subprocess._process import _KILL_CONFIRM_S, ManagedProcess, finish_despite_cancel
 from dsh.subprocess._procfs import scan
 from dsh.subprocess._record import record
 from dsh.subprocess._spec import SpawnSpec

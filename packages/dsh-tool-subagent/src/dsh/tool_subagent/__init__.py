@@ -7,18 +7,12 @@ calls a harness's tools as one owner (what the framework adapters ``dsh.tool_sub
 ``dsh.tool_subagent._cli``.
 """
 
-from importlib import metadata as _metadata
-
 from dsh.jobs.tools import ToolBase, ToolResult, to_anthropic_tool, to_openai_tool
 from dsh.tool_subagent._agent_session import AgentSession
 from dsh.tool_subagent._contract import Caller, Tool
 from dsh.tool_subagent._harness import Harness, ProfileModel, ProviderEntry, default_profile
 from dsh.tool_subagent._tool import SubagentTool, SubagentToolConfig, failure_text
-
-try:
-    __version__ = _metadata.version("dsh-tool-subagent")
-except _metadata.PackageNotFoundError:  # imported from a source tree that is not installed
-    __version__ = "0+unknown"
+from dsh.tool_subagent._version import __version__ as __version__
 
 __all__ = [
     "AgentSession",

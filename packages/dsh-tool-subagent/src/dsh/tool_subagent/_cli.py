@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from dsh.jobs import JobSnapshot, JobStatus
 from dsh.subagent import installed_provider_kinds
-from dsh.tool_subagent import __version__, _run_report
+from dsh.tool_subagent import _run_report
 from dsh.tool_subagent._auth_hint import auth_hint
 from dsh.tool_subagent._cli_options import (
     add_common_options,
@@ -29,6 +29,7 @@ from dsh.tool_subagent._jobs_command import add_jobs_parser, jobs_main
 from dsh.tool_subagent._known_providers import INSTALL_REQUIREMENTS
 from dsh.tool_subagent._signals import exit_code_on_signal
 from dsh.tool_subagent._tool import Caller, SubagentTool
+from dsh.tool_subagent._version import __version__
 from dsh.tool_subagent._workspace import check_branch_prefix
 from dsh.tool_subagent.errors import ProfileError
 

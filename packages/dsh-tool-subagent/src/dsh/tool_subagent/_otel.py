@@ -37,6 +37,7 @@ else:
 from dsh.subagent import UsageFacts
 from dsh.subagent.kit import RunTimings
 from dsh.tool_subagent._known_providers import KNOWN_PROVIDERS
+from dsh.tool_subagent._version import __version__
 
 __all__ = [
     "DelegationLabels",
@@ -234,8 +235,6 @@ def _host_configured() -> bool:
 def _tracer() -> Any:
     """The tracer, made once (the API's proxy forwards to a provider the host sets later)."""
     if not _TRACERS:
-        from dsh.tool_subagent import __version__
-
         _TRACERS.append(trace.get_tracer(_SCOPE, __version__))
     return _TRACERS[0]
 
