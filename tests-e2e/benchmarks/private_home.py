@@ -31,7 +31,7 @@ from dsh.subagent_claude_code.testing import FakeMessagesServer
 from dsh.subagent_claude_code.testing import hermetic_env as claude_hermetic_env
 from dsh.subagent_claude_code.testing import make_start_request as claude_request
 from dsh.subagent_codex import CodexProvider, CodexProviderConfig
-from dsh.subagent_codex._private import _make as make_codex_private_dir
+from dsh.subagent_codex._run_dirs import _make as make_codex_private_dir
 from dsh.subagent_codex.testing import (
     FakeResponsesServer,
     hermetic_env,

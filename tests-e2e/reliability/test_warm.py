@@ -114,7 +114,7 @@ async def _complete(provider: Any, product: Product, cwd: Path | None = None) ->
 
 
 async def _idle(kit: Any, provider: Any, count: int) -> list[Any]:
-    pool = provider._warm.pool
+    pool = provider.warm_pool
     await kit.wait_until(lambda: len(pool.idle()) >= count, 60.0, f"{count} warm processes")
     return list(pool.idle())
 
@@ -128,7 +128,7 @@ async def test_each_warm_process_serves_exactly_one_run(kit: Any, product: Produ
     try:
         cold_pid = await _complete(provider, product)
         [warm] = await _idle(kit, provider, 1)
-        pool = provider._warm.pool
+        pool = provider.warm_pool
         assert warm.process.pid != cold_pid
         product.stall()
         second = await provider.start(product.request(product.workspace, "second"))
@@ -166,7 +166,7 @@ async def test_runtime_aclose_leaves_no_warm_process(kit: Any, product: Product)
         assert await asyncio.to_thread(kit.own_marked) == []
         # Dead while idle: never used; the next start is cold and completes with no error.
         await _complete(provider, product)
-        assert provider._warm.pool.dead_idle >= 1
+        assert provider.warm_pool.dead_idle >= 1
     finally:
         await provider.aclose()
     assert await asyncio.to_thread(kit.own_marked) == []
@@ -181,7 +181,7 @@ async def test_a_cwd_miss_starts_cold_in_the_requested_cwd(
     try:
         await _complete(provider, product)
         [warm] = await _idle(kit, provider, 1)
-        pool = provider._warm.pool
+        pool = provider.warm_pool
         missed = pool.missed
         product.stall()
         run = await provider.start(product.request(other, "elsewhere"))
@@ -209,8 +209,8 @@ async def test_a_warm_process_that_died_while_idle_is_not_used(kit: Any, product
         await kit.wait_until(lambda: warm.process.outcome is not None, 10.0, "the exit report")
         pid = await _complete(provider, product)  # no error reaches the caller
         assert pid != warm.process.pid
-        assert provider._warm.pool.dead_idle == 1
-        assert provider._warm.pool.taken == 0
+        assert provider.warm_pool.dead_idle == 1
+        assert provider.warm_pool.taken == 0
     finally:
         await provider.aclose()
     assert await asyncio.to_thread(kit.own_marked) == []
@@ -233,7 +233,7 @@ async def test_provider_aclose_closes_idle_warm_processes(kit: Any, product: Pro
         # Later starts are cold and warm nothing.
         await _complete(provider, product)
         await asyncio.sleep(0.5)
-        assert provider._warm.pool.idle() == []
+        assert provider.warm_pool.idle() == []
         assert await asyncio.to_thread(kit.own_marked) == []
     finally:
         await provider.aclose()
@@ -305,7 +305,7 @@ async def test_claude_codes_warm_initialize_is_the_sdks_own(
         claude.server.queue_text("WARM-OK")
         async with await provider.start(claude.request("warm")) as run:
             assert (await run.result()).stop_reason is StopReason.COMPLETED
-        assert provider._warm.pool.taken == 1
+        assert provider.warm_pool.taken == 1
     finally:
         await provider.aclose()
     inits = [f for f in written if f["request"].get("subtype") == "initialize"]

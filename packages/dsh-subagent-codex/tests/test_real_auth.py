@@ -181,7 +181,7 @@ async def test_a_warm_process_is_retired_when_the_login_file_changes(
         fake.queue_text("first")
         async with await provider.start(make_start_request(workspace, "first")) as run:
             assert (await run.result()).text == "first"
-        pool = provider._warm.pool
+        pool = provider.warm_pool
         for _ in range(600):  # at most 30 s for the replacement warm process
             if pool.idle():
                 break

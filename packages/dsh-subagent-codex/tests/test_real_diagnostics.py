@@ -88,7 +88,8 @@ async def test_a_turn_start_the_product_drops_settles_instead_of_waiting_forever
     monkeypatch.setattr(handshake_module, "_TURN_START_REPLY_S", 2.0)
     provider = codex_env.provider(stderr="discard")
     began = time.monotonic()
-    run = await provider._spawn_and_publish(str(codex_env.workspace), [LONE_SURROGATE])
+    cwd = str(codex_env.workspace)
+    run = await provider._start_cold(cwd, *provider.launch(cwd), [LONE_SURROGATE])
     try:
         result = await asyncio.wait_for(run.result(), 20)
     finally:

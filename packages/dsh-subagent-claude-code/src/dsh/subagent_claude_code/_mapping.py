@@ -10,6 +10,7 @@ from dsh.subagent.kit import FailureFacts
 
 __all__ = [
     "DENY_MESSAGE",
+    "PREFIX",
     "PRODUCT",
     "category_of",
     "fact_line",
@@ -18,6 +19,7 @@ __all__ = [
 ]
 
 PRODUCT = "Claude Code"
+PREFIX = "subagent-claude-code"
 DENY_MESSAGE = "This unattended Claude Code subagent cannot request human approval."
 
 _SUBTYPE_CATEGORIES = {

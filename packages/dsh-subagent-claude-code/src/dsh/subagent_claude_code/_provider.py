@@ -1,13 +1,12 @@
-"""``ClaudeCodeProvider``: checks, spawn through our transport, publication, rollback."""
+"""``ClaudeCodeProvider``: the kit's start algorithm on the CLI spawned through our transport."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from dsh.subagent import DemoPlan, ProductFailure, ResolvedStartRequest
-from dsh.subagent.kit import FailureFacts, ProductInstall, ProviderBase, check_one_shot_request
+from dsh.subagent import DemoPlan
+from dsh.subagent.kit import Launch, ProductInstall, ProductProvider
 from dsh.subagent_claude_code import _command
 from dsh.subagent_claude_code._command import (
     PayloadMissing,
@@ -23,12 +22,12 @@ from dsh.subagent_claude_code._env import (
     private_home_overlay,
     private_settings_file,
 )
-from dsh.subagent_claude_code._mapping import PRODUCT
-from dsh.subagent_claude_code._run import PREFIX, ClaudeCodeRun, StartupExit
-from dsh.subagent_claude_code._run_dirs import sweep_lost_run_dirs_once
-from dsh.subagent_claude_code._warm import WarmClaudeCode
+from dsh.subagent_claude_code._mapping import PREFIX, PRODUCT
+from dsh.subagent_claude_code._run import ClaudeCodeRun
+from dsh.subagent_claude_code._run_dirs import RUN_DIR_TAG
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
 from dsh.subprocess import (
+    EnvForwarding,
     Limits,
     SpawnSpec,
     SubprocessRuntime,
@@ -40,11 +39,6 @@ from dsh.subprocess import (
 __all__ = ["ClaudeCodeProvider"]
 
 _log = logging.getLogger("dsh.subagent_claude_code")
-
-
-def _start_failure(category: str = "unknown") -> ProductFailure:
-    facts = FailureFacts(product=PRODUCT, stage="query-start", category=category)
-    return ProductFailure.from_facts(PREFIX, facts)
 
 
 _INSTALL = ProductInstall(
@@ -60,15 +54,29 @@ _INSTALL = ProductInstall(
 )
 
 
-class ClaudeCodeProvider(ProviderBase[ClaudeCodeProviderConfig]):
+class ClaudeCodeProvider(ProductProvider[ClaudeCodeProviderConfig, ClaudeCodeRun]):
     """Runs one-shot tasks on the Claude Code CLI bundled in ``claude-agent-sdk``.
 
-    Building a provider starts no process and does no PATH lookup; ``start()`` does the work.
+    Building a provider starts no process and does no PATH lookup; ``start()`` (the kit's
+    ``ProductProvider``) does the work on the hooks below: the bundled CLI's argv, a run dir per
+    process, the spawn through our transport.
     ``doctor()`` reports the pinned SDK, its bundled CLI and this instance's credentials.
+
+    A warm process (``prewarm = N``) is a run whose transport has spawned the CLI and sent it the
+    ``initialize`` control request the SDK's ``query()`` sends (``WARM_INITIALIZE``); a start that
+    takes one runs the SDK query on it (the SDK's own ``initialize`` is answered at once, then the
+    task is written). The CLI fixes its cwd (and ``PWD``), argv and env at spawn: these are the
+    warm key. The per-process run dir (private ``TMPDIR``, the Bash-tool env script) is not part
+    of the key: each warm process gets its own, removed with it.
     """
 
     config_class = ClaudeCodeProviderConfig
     install = _INSTALL
+    prefix = PREFIX
+    product = PRODUCT
+    start_stage = "query-start"
+    owned_dir_tag = RUN_DIR_TAG
+    log = _log
 
     def __init__(
         self,
@@ -79,7 +87,6 @@ class ClaudeCodeProvider(ProviderBase[ClaudeCodeProviderConfig]):
         super().__init__(config)
         self._runtime = runtime
         self._cli_command: Sequence[str] | None = None  # test-only seam (see .testing)
-        self._warm = WarmClaudeCode(self.config, new_run=self._new_run, rollback=self._rollback)
 
     @staticmethod
     def demo() -> DemoPlan:
@@ -89,41 +96,30 @@ class ClaudeCodeProvider(ProviderBase[ClaudeCodeProviderConfig]):
 
         return demo_plan()
 
-    def credential_names(self, environ: Mapping[str, str]) -> list[str]:
-        return forwarding(self.config).credential_names(environ)
+    def env_forwarding(self) -> EnvForwarding:
+        return forwarding(self.config)
 
-    def forwarded_env_names(self) -> tuple[str, ...]:
-        return forwarding(self.config).names()
+    def limits_problem(self) -> str | None:
+        return limits_problem(Limits.of(self.config))
 
-    async def start(self, request: ResolvedStartRequest) -> ClaudeCodeRun:
-        cwd, texts = check_one_shot_request(request, prefix=PREFIX, unusable_cwd=_start_failure)
-        problem = limits_problem(Limits.of(self.config))
-        if problem is not None:  # before anything is spawned, naming the field
-            raise ProductFailure(
-                f"{PREFIX}: {problem}; set limits_best_effort = true to run anyway"
-            )
+    async def reap_orphans(self) -> None:
         await reap_orphans_once()
-        sweep_lost_run_dirs_once()  # the run dirs dead owners left (a SIGKILLed host, say)
-        argv = self._argv()
-        if self.config.prewarm <= 0:
-            return await self._start_cold(cwd, argv, texts)
-        key = self._warm.key(cwd, argv)
-        run = await self._warm.start(key, texts)
-        if run is None:
-            run = await self._start_cold(cwd, argv, texts)
-        self._warm.pool.replenish_after(run.result(), key)  # once this run's result is in
-        return run
 
-    async def aclose(self) -> None:
-        """Close this instance's warm processes (``prewarm``); later starts are cold. Idempotent.
+    def launch(self, cwd: str) -> Launch:
+        env = child_env_overlay(self.config, cwd=cwd, tmp_dir=None, env_file=None)
+        return (self._argv(), env)
 
-        Runs already published are the caller's; they are not touched.
-        """
-        await self._warm.aclose()
+    def _argv(self) -> list[str]:
+        if self._cli_command is not None:
+            return [*self._cli_command, *cli_argv("claude", self.config)[1:]]
+        try:
+            cli = bundled_cli()
+        except PayloadMissing as error:
+            _log.debug("Claude Code payload check failed", exc_info=True)
+            raise self.start_failure() from error
+        return cli_argv(cli, self.config)
 
-    async def _new_run(
-        self, cwd: str, argv: list[str], env: dict[str, str | None]
-    ) -> ClaudeCodeRun:
+    async def new_run(self, cwd: str, argv: list[str], env: dict[str, str | None]) -> ClaudeCodeRun:
         """A run (not yet spawned) for ``argv`` in ``cwd``, with its own run dir."""
         # One run-owned dir (removed with the run): the private TMPDIR when enabled, and always
         # the home of the Bash-tool env script.
@@ -152,59 +148,8 @@ class ClaudeCodeProvider(ProviderBase[ClaudeCodeProviderConfig]):
         )
         return ClaudeCodeRun(self.config, spec, self._runtime or default_runtime(), run_dir)
 
-    async def _start_cold(self, cwd: str, argv: list[str], texts: Sequence[str]) -> ClaudeCodeRun:
-        env = child_env_overlay(self.config, cwd=cwd, tmp_dir=None, env_file=None)
-        run = await self._new_run(cwd, argv, env)
-        try:
-            await run.spawn()
-        except BaseException as error:
-            await self._rollback(run, error)
-            raise AssertionError("unreachable") from None
-        return await self._publish(run, texts)
-
-    async def _publish(self, run: ClaudeCodeRun, texts: Sequence[str]) -> ClaudeCodeRun:
-        """Send the task through the SDK's query; return once the prompt is delivered."""
-        try:
-            run.begin(texts)
-            await run.wait_ready()
-        except BaseException as error:
-            await self._rollback(run, error)
-            raise AssertionError("unreachable") from None
-        _log.debug("Claude Code run %s published", run.id)
-        return run
-
-    def _argv(self) -> list[str]:
-        if self._cli_command is not None:
-            return [*self._cli_command, *cli_argv("claude", self.config)[1:]]
-        try:
-            cli = bundled_cli()
-        except PayloadMissing as error:
-            _log.debug("Claude Code payload check failed", exc_info=True)
-            raise _start_failure() from error
-        return cli_argv(cli, self.config)
-
-    async def _rollback(self, run: ClaudeCodeRun, error: BaseException) -> None:
-        """Close the query, run the ladder, wait for whole-tree exit; then raise."""
-        if isinstance(error, StartupExit):
-            failure = ProductFailure.from_facts(PREFIX, run.startup_facts())
-            cause: BaseException = run.startup_cause or error
-        elif isinstance(error, Exception):
-            failure, cause = _start_failure(), error
-        else:
-            failure, cause = None, error
-        try:
-            await run.aclose()
-        except Exception as teardown:
-            if isinstance(error, asyncio.CancelledError):
-                # Cancelled, and exit was not proven: the teardown fact wins (as with Codex), so
-                # a job killed while starting still shows it. The caller's task stays cancelling.
-                raise teardown from teardown.__cause__
-            if failure is None:
-                raise error from teardown
-            failure.__cause__ = cause
-            message = f"{failure}; {teardown}"
-            raise ExceptionGroup(message, [failure, teardown]) from None
-        if failure is None:
-            raise error
-        _log.debug("Claude Code start failed", exc_info=cause)
-        raise failure from cause
+    async def prepare_run(self, run: ClaudeCodeRun, cwd: str, *, warm: bool) -> None:
+        """Spawn the CLI; a warm one also does its ``initialize`` exchange ahead of any request."""
+        await run.spawn()
+        if warm:
+            await run.preinitialize()

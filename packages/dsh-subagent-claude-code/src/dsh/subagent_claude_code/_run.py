@@ -6,10 +6,8 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import uuid
 from collections.abc import AsyncIterator, Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 from claude_agent_sdk import (
     AssistantMessage,
@@ -24,17 +22,11 @@ from claude_agent_sdk import (
     query,
 )
 
-from dsh.subagent import ProductFailure, StopReason, SubagentResult, TextBlock, with_limits_hit
-from dsh.subagent.kit import (
-    CloseOnce,
-    FailureFacts,
-    ResultLatch,
-    UsageFacts,
-    failure_line,
-    remove_off_loop,
-)
+from dsh.subagent import StopReason, SubagentResult, TextBlock, with_limits_hit
+from dsh.subagent.kit import FailureFacts, ProductRun, failure_line, remove_off_loop
 from dsh.subagent_claude_code._mapping import (
     DENY_MESSAGE,
+    PREFIX,
     PRODUCT,
     REASON_CALLBACK,
     REASON_DIALOG,
@@ -53,11 +45,10 @@ from dsh.subagent_claude_code._usage import usage_from_result
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
 from dsh.subprocess import ManagedProcess, SpawnSpec, SubprocessRuntime
 
-__all__ = ["PREFIX", "WARM_INITIALIZE", "ClaudeCodeRun", "StartupExit"]
+__all__ = ["WARM_INITIALIZE", "ClaudeCodeRun", "StartupExit"]
 
 _log = logging.getLogger("dsh.subagent_claude_code")
 
-PREFIX = "subagent-claude-code"
 _CONSUMER_STOP_S = 2.0
 """After whole-tree exit, how long the SDK generator may take to end before it is cancelled."""
 
@@ -72,8 +63,15 @@ class StartupExit(Exception):
     """The CLI ended (or the SDK failed) before the prompt was delivered."""
 
 
-class ClaudeCodeRun:
-    """A run whose CLI is live and whose prompt has been delivered (see ``start()``)."""
+class ClaudeCodeRun(ProductRun):
+    """A run whose CLI is live and whose prompt has been delivered (see ``start()``).
+
+    ``last_activity`` is when the last stdout line was read from the CLI; ``first_activity``
+    when the first assistant message was; ``usage`` what Claude Code's result reported.
+    """
+
+    prefix = PREFIX
+    product = PRODUCT
 
     def __init__(
         self,
@@ -82,11 +80,10 @@ class ClaudeCodeRun:
         runtime: SubprocessRuntime,
         tmp_dir: str | None,
     ) -> None:
-        self.id = str(uuid.uuid4())
+        super().__init__()
         self._config = config
         self._mode = config.permission_mode
         self._tmp_dir = tmp_dir
-        self._latch = ResultLatch()
         self._fact: PermissionFact | None = None
         self._startup: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._transport = DshTransport(
@@ -96,57 +93,30 @@ class ClaudeCodeRun:
             on_spawned=self._on_spawned,
             on_prompt_sent=self._on_prompt_sent,
         )
+        self._activity = self._transport.activity
         self._task: asyncio.Task[None] | None = None
         self._exit_watch: asyncio.Task[None] | None = None
         self._dispose: asyncio.TimerHandle | None = None
-        self._closing = CloseOnce()
         self._error: BaseException | None = None
         self._warm = False
-        self._usage: UsageFacts | None = None
-        self._first_output: float | None = None
         # Distinct API message ids seen: one per model request the CLI made.
         self._message_ids: set[str] = set()
 
-    # ---- SubagentRun ----------------------------------------------------------------------
+    # ---- ProductRun ---------------------------------------------------------------------
 
-    @property
-    def last_activity(self) -> float:
-        """When the last stdout line was read from the CLI (``time.monotonic()``)."""
-        return self._transport.activity.last
-
-    @property
-    def first_activity(self) -> float | None:
-        """When the first assistant message was read (host-only timing)."""
-        return self._first_output
-
-    @property
-    def usage(self) -> UsageFacts | None:
-        """What Claude Code's result reported the run spent (host-only; ``None`` before it)."""
-        return self._usage
-
-    async def result(self) -> SubagentResult:
-        return await asyncio.shield(self._latch.wait())
-
-    def cancel(self, reason: str | None = None) -> None:
-        """Settle ``aborted`` at once and start the SIGTERM-first ladder (idempotent)."""
-        self._latch.abort()
+    def _stop(self, aborted: bool) -> None:
+        """Start the SIGTERM-first ladder (also when the result had settled already)."""
         self._transport.terminate()
 
-    async def aclose(self) -> None:
-        """Cancel if open; return once the whole tree has exited (every caller, see CloseOnce)."""
-        self.cancel()
-        teardown = await self._closing.run(self._teardown)
-        if teardown is not None:
-            facts = FailureFacts(product=PRODUCT, stage="teardown", category="unknown")
-            raise ProductFailure.from_facts(PREFIX, facts) from teardown
+    async def publish(self, texts: Sequence[str]) -> None:
+        """Send the task through the SDK's query; return once the prompt is delivered."""
+        self.begin(texts)
+        await self.wait_ready()
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
+    def startup_failure(self, error: Exception) -> tuple[FailureFacts, BaseException] | None:
+        if isinstance(error, StartupExit):
+            return (self.startup_facts(), self.startup_cause or error)
+        return None
 
     # ---- startup (driven by the provider) -------------------------------------------------
 

@@ -3,16 +3,17 @@
 Each Claude Code run owns a fresh directory in the system temporary directory (its private
 ``TMPDIR``, the Bash-tool env script and, under ``isolation = "private"``, its private ``HOME``
 and ``CLAUDE_CONFIG_DIR``); the run removes it after whole-tree exit, and the provider's first
-start in a process sweeps the ones a dead owner left (``dsh.subagent.kit``'s owned dirs).
+start in a process sweeps the ones a dead owner left (the kit's ``ProductProvider``, by
+``RUN_DIR_TAG``).
 """
 
 from __future__ import annotations
 
 import os
 
-from dsh.subagent.kit import owned_dir_prefix, sweep_lost_dirs, sweep_lost_dirs_once
+from dsh.subagent.kit import owned_dir_prefix, sweep_lost_dirs
 
-__all__ = ["RUN_DIR_TAG", "run_dir_prefix", "sweep_lost_run_dirs", "sweep_lost_run_dirs_once"]
+__all__ = ["RUN_DIR_TAG", "run_dir_prefix", "sweep_lost_run_dirs"]
 
 RUN_DIR_TAG = "claude"
 
@@ -26,8 +27,3 @@ def sweep_lost_run_dirs(root: str | os.PathLike[str] | None = None) -> list[str]
     """Remove the run dirs under ``root`` (default: the temporary directory) whose owner is gone;
     return their names."""
     return sweep_lost_dirs(RUN_DIR_TAG, root)
-
-
-def sweep_lost_run_dirs_once() -> None:
-    """Start :func:`sweep_lost_run_dirs` once per process, in a daemon thread, and return."""
-    sweep_lost_dirs_once(RUN_DIR_TAG)

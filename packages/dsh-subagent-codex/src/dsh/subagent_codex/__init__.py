@@ -7,9 +7,9 @@
 
 from importlib import metadata as _metadata
 
-from dsh.subagent_codex._config import CODEX_CREDENTIAL_ENV, CodexProviderConfig, PermissionMode
 from dsh.subagent_codex._provider import CodexProvider
 from dsh.subagent_codex._run import CodexRun
+from dsh.subagent_codex.config import CODEX_CREDENTIAL_ENV, CodexProviderConfig, PermissionMode
 
 try:
     __version__ = _metadata.version("dsh-subagent-codex")

@@ -2,19 +2,18 @@
 
 Reached through ``CodexProvider.demo()`` (see ``dsh.subagent.DemoPlan``), so the tool layer
 never imports this package. Codex runs against a hermetic ``CODEX_HOME`` whose model provider
-is the loopback server; it needs no key and talks only to 127.0.0.1.
+is the loopback server; it needs no key and talks only to 127.0.0.1. The plan's frame (servers,
+per-token scripting) is the kit's ``loopback_demo_plan``.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from dsh.subagent import DEMO_ERROR_BODY, DemoFailure, DemoModel, DemoPlan
-from dsh.subagent.kit import FailureFacts, failure_line
-from dsh.subagent_codex._fake_responses import FakeResponsesServer, HttpStatus, MessageItem, Reply
+from dsh.subagent import DEMO_ERROR_BODY, DemoFailure, DemoPlan
+from dsh.subagent.kit import FailureFacts, failure_line, loopback_demo_plan
+from dsh.subagent_codex._fake_server import FakeResponsesServer, HttpStatus, MessageItem, Reply
 from dsh.subagent_codex._hermetic_home import hermetic_env, write_codex_home
 from dsh.subprocess import marked_processes
 
@@ -32,58 +31,33 @@ def _config(root: Path, base_url: str) -> dict[str, Any]:
     return {"env": hermetic_env(write_codex_home(root / "codex-home", base_url, DEMO_MODEL))}
 
 
-class _Model:
-    """The running server; each token's replies are queued with ``match=token``."""
-
-    def __init__(self, root: Path) -> None:
-        self._root = root
-        self.server = FakeResponsesServer()
-
-    def provider_config(self) -> dict[str, Any]:
-        return _config(self._root, self.server.base_url)
-
-    def answer(self, token: str, text: str) -> None:
-        self.server.queue_text(text, match=token)
-
-    def busy(self, token: str) -> None:
-        # The command runs until the demo cancels; should Codex report on it first (a follow-up
-        # request of the same turn, same task), the model stalls and the turn stays busy.
-        self.server.queue_tool_call("exec_command", _BUSY_COMMAND, match=token)
-        self.server.queue_stall(match=token)
-
-    def fail(self, token: str) -> DemoFailure:
-        body = {"error": {"message": DEMO_ERROR_BODY, "code": "server_error"}}
-        self.server.queue(HttpStatus(503, body), match=token)
-        return DemoFailure("HTTP 503", FAILURE)
-
-    def tasks_seen(self) -> list[str]:
-        return [r.task or "" for r in self.server.requests]
+def _busy(server: FakeResponsesServer, token: str) -> None:
+    # The command runs until the demo cancels; should Codex report on it first (a follow-up
+    # request of the same turn, same task), the model stalls and the turn stays busy.
+    server.queue_tool_call("exec_command", _BUSY_COMMAND, match=token)
+    server.queue_stall(match=token)
 
 
-@asynccontextmanager
-async def _model(root: Path) -> AsyncIterator[DemoModel]:
-    model = _Model(root)
-    async with model.server:
-        yield model
+def _fail(server: FakeResponsesServer, token: str) -> DemoFailure:
+    body = {"error": {"message": DEMO_ERROR_BODY, "code": "server_error"}}
+    server.queue(HttpStatus(503, body), match=token)
+    return DemoFailure("HTTP 503", FAILURE)
 
 
-@asynccontextmanager
-async def _serve(root: Path) -> AsyncIterator[Mapping[str, Any]]:
-    async with FakeResponsesServer(default=Reply((MessageItem(SERVE_ANSWER),))) as server:
-        yield _config(root, server.base_url)
-
-
-def _leftover(owner_pid: int) -> list[int]:
-    return marked_processes(owner_pid=owner_pid)
+def _serving() -> FakeResponsesServer:
+    return FakeResponsesServer(default=Reply((MessageItem(SERVE_ANSWER),)))
 
 
 def demo_plan() -> DemoPlan:
     """Codex answers, runs in the background, fails safely and is stopped with ``job_kill``."""
-    return DemoPlan(
+    return loopback_demo_plan(
         product=PRODUCT,
         scenarios=("foreground answer", "background job", "model failure", "cancel via job_kill"),
-        model=_model,
-        serve=_serve,
+        server=FakeResponsesServer,
+        serving_server=_serving,
         serve_answer=SERVE_ANSWER,
-        leftover_processes=_leftover,
+        config=_config,
+        busy=_busy,
+        fail=_fail,
+        leftover_processes=lambda owner_pid: marked_processes(owner_pid=owner_pid),
     )

@@ -8,7 +8,7 @@ passed as a thread-level config override, so a command running ``env`` cannot pr
 
 from __future__ import annotations
 
-from dsh.subagent_codex._config import CodexProviderConfig
+from dsh.subagent_codex.config import CodexProviderConfig
 from dsh.subprocess import EnvForwarding
 
 __all__ = ["CODEX_CONFIG_DIR_ENV", "forwarding", "tool_env_override"]

@@ -1,5 +1,5 @@
 """A Codex run's start-up handshake, driven by the provider: ``initialize``, the account check,
-``thread/start``, then ``turn/start`` (publication), or the rollback of a failed start.
+``thread/start``, then ``turn/start`` (publication).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dsh.subagent_codex._auth import login_stamp
 from dsh.subagent_codex._reader import RunReader
 from dsh.subagent_codex._turn import StartupFailure
 from dsh.subagent_codex._wire import RpcError, WireClosed
-from dsh.subprocess import ManagedProcess, TeardownError, current_trace_context
+from dsh.subprocess import ManagedProcess, current_trace_context
 
 __all__ = ["Handshake"]
 
@@ -125,18 +125,6 @@ class Handshake(RunReader):
     def _turn_start_unanswered(self) -> None:
         if self._turn_id is None:
             self._fail("turn-start", cause=TimeoutError("no turn/start reply"))
-
-    async def rollback(self) -> None:
-        """Bring the partial process tree to exit (startup failure or cancellation).
-
-        Raises the teardown's own exception (a ``TeardownError``) when exit was not proven.
-        """
-        self._latch.abort()
-        teardown = await self._closing.run(self._teardown)
-        if isinstance(teardown, TeardownError):
-            raise teardown
-        if teardown is not None:
-            raise TeardownError("process teardown failed") from teardown
 
     async def _call(self, method: str, params: dict[str, Any]) -> dict[str, Any] | None:
         stage = self._stage

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dsh.subagent_codex._config import CODEX_CREDENTIAL_ENV
+from dsh.subagent_codex.config import CODEX_CREDENTIAL_ENV
 
 __all__ = ["FAKE_API_KEY", "FAKE_KEY_ENV", "hermetic_env", "write_codex_home"]
 

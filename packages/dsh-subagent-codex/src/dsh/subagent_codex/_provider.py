@@ -6,18 +6,12 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Sequence
 from importlib import metadata
 from typing import Any
 
-from dsh.subagent import DemoPlan, ProductFailure, ResolvedStartRequest
-from dsh.subagent.kit import (
-    FailureFacts,
-    ProductInstall,
-    ProviderBase,
-    check_one_shot_request,
-    remove_off_loop,
-)
+from dsh.subagent import DemoPlan
+from dsh.subagent.kit import Launch, ProductInstall, ProductProvider, remove_off_loop
 from dsh.subagent_codex._auth import (
     CONFIG_DIR_ENV,
     DEFAULT_CONFIG_DIR,
@@ -25,24 +19,18 @@ from dsh.subagent_codex._auth import (
     AuthPlan,
     plan_auth,
 )
-from dsh.subagent_codex._config import CODEX_CREDENTIAL_ENV, CodexProviderConfig
 from dsh.subagent_codex._env import forwarding, tool_env_override
 from dsh.subagent_codex._first_start import first_start_guard
 from dsh.subagent_codex._mapping import MODE_FIELDS, OPT_OUT_NOTIFICATIONS, PREFIX, PRODUCT
-from dsh.subagent_codex._private import (
-    make_private_dir,
-    private_overlay,
-    sweep_lost_private_dirs_once,
-)
 from dsh.subagent_codex._run import CodexRun
-from dsh.subagent_codex._turn import StartupFailure
-from dsh.subagent_codex._warm import CodexSteps, WarmCodex
+from dsh.subagent_codex._run_dirs import PRIVATE_DIR_TAG, make_private_dir, private_overlay
 from dsh.subagent_codex._wire import MAX_LINE_BYTES
+from dsh.subagent_codex.config import CODEX_CREDENTIAL_ENV, CodexProviderConfig
 from dsh.subprocess import (
+    EnvForwarding,
     Limits,
     SpawnError,
     SpawnSpec,
-    TeardownError,
     default_runtime,
     limits_problem,
     reap_orphans_once,
@@ -86,14 +74,6 @@ def _capabilities() -> dict[str, Any]:
     return {"experimentalApi": False, "optOutNotificationMethods": list(OPT_OUT_NOTIFICATIONS)}
 
 
-def _reject(message: str) -> ProductFailure:
-    return ProductFailure(f"{PREFIX}: {message}")
-
-
-def _failure(stage: str) -> ProductFailure:
-    return ProductFailure.from_facts(PREFIX, FailureFacts(PRODUCT, stage, "unknown"))
-
-
 async def _remove_private_dir(private_dir: str | None) -> None:
     """A private dir whose process never started goes at once (its run never owned it)."""
     if private_dir is not None:
@@ -113,15 +93,30 @@ _INSTALL = ProductInstall(
 )
 
 
-class CodexProvider(ProviderBase[CodexProviderConfig]):
+class CodexProvider(ProductProvider[CodexProviderConfig, CodexRun]):
     """The Codex one-shot subagent provider (entry point ``codex``).
 
     Construction and ``from_config`` start no process and do no PATH lookup or version probe.
     ``doctor()`` reports the pinned binary, its payload and this instance's credentials.
+    ``start()`` is the kit's (``ProductProvider``); the hooks below are Codex's: the bundled
+    binary, ``codex app-server`` with its handshake (``initialize``, the account check,
+    ``thread/start``) and, under ``private`` isolation, a private home per process.
+
+    A warm process (``prewarm = N``) has run every step but ``turn/start``. What Codex fixes per
+    process is the warm key: the process cwd (Codex resolves what a thread leaves open against
+    it), the argv, and the env overlay computed for the request (forwarded values included: a
+    changed credential is a miss, never a stale process). Codex caches its credentials for the
+    process's life, so a warm process whose home's login file changed since its spawn is retired
+    (``CodexRun.warm_usable``).
     """
 
     config_class = CodexProviderConfig
     install = _INSTALL
+    prefix = PREFIX
+    product = PRODUCT
+    start_stage = "initialize"
+    owned_dir_tag = PRIVATE_DIR_TAG
+    log = _log
 
     def __init__(
         self,
@@ -135,13 +130,6 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
         super().__init__(config)
         self._program = tuple(_program) if _program is not None else None
         self._max_line = _max_line_bytes
-        steps = CodexSteps(
-            argv_env=self._argv_env,
-            spawn=self._spawn,
-            thread_params=self._thread_params,
-            publish=self._publish,
-        )
-        self._warm = WarmCodex(self.config.prewarm, steps)
 
     @staticmethod
     def demo() -> DemoPlan:
@@ -151,43 +139,27 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
 
         return demo_plan()
 
-    def credential_names(self, environ: Mapping[str, str]) -> list[str]:
-        return forwarding(self.config).credential_names(environ)
-
-    def forwarded_env_names(self) -> tuple[str, ...]:
-        return forwarding(self.config).names()
+    def env_forwarding(self) -> EnvForwarding:
+        return forwarding(self.config)
 
     def __repr__(self) -> str:
         return f"CodexProvider(name={self.name!r}, mode={self.config.permission_mode!r})"
 
-    async def start(self, request: ResolvedStartRequest) -> CodexRun:
-        cwd, texts = check_one_shot_request(
-            request, prefix=PREFIX, unusable_cwd=lambda: _failure("initialize")
-        )
-        problem = limits_problem(Limits.of(self.config))
-        if problem is not None:  # before anything is spawned, naming the field
-            raise ProductFailure(
-                f"{PREFIX}: {problem}; set limits_best_effort = true to run anyway"
-            )
+    def limits_problem(self) -> str | None:
+        return limits_problem(Limits.of(self.config))
+
+    async def reap_orphans(self) -> None:
         await reap_orphans_once()
-        sweep_lost_private_dirs_once()  # private homes dead owners left (any instance's)
-        key = self._warm.key(cwd) if self.config.prewarm > 0 else None
-        if key is None:
-            return await self._spawn_and_publish(cwd, list(texts))
-        run = await self._warm.start(key, list(texts))
-        if run is None:
-            run = await self._spawn_and_publish(cwd, list(texts))
-        self._warm.pool.replenish_after(run.result(), key)  # once this run's result is in
-        return run
 
-    async def aclose(self) -> None:
-        """Close this instance's warm processes (``prewarm``); later starts are cold. Idempotent.
+    def launch(self, cwd: str) -> Launch:
+        try:
+            return self._argv_env()
+        except (OSError, ImportError, ValueError) as exc:
+            failure = self.start_failure()
+            _log.info("%s", failure)
+            raise failure from exc
 
-        Runs already published are the caller's; they are not touched.
-        """
-        await self._warm.aclose()
-
-    def _argv_env(self) -> tuple[list[str], dict[str, str | None]]:
+    def _argv_env(self) -> Launch:
         env = forwarding(self.config).overlay()
         if self._program is not None:
             return ([*self._program, "app-server", "--listen", "stdio://"], env)
@@ -197,22 +169,10 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
             env["PATH"] = f"{path_dir}{os.pathsep}{base}" if base else path_dir
         return ([program, "app-server", "--listen", "stdio://"], env)
 
-    async def _spawn_and_publish(self, cwd: str, texts: list[str]) -> CodexRun:
-        run = await self._spawn(cwd, self._argv_env)
-        try:
-            await run.start_thread(self._thread_params(cwd))
-        except BaseException as exc:
-            await self._rollback(run, exc)
-            raise  # unreachable: _rollback always raises
-        return await self._publish(run, texts)
-
-    async def _publish(self, run: CodexRun, texts: list[str]) -> CodexRun:
-        try:
-            run.begin_turn(texts)
-        except BaseException as exc:
-            await self._rollback(run, exc)
-            raise
-        return run
+    async def prepare_run(self, run: CodexRun, cwd: str, *, warm: bool) -> None:
+        """``thread/start``: an ephemeral thread whose every field comes from the config and
+        ``cwd`` (in the warm key), so a warm process needs only its task (``turn/start``)."""
+        await run.start_thread(self._thread_params(cwd))
 
     def _thread_params(self, cwd: str) -> dict[str, Any]:
         config = self.config
@@ -226,9 +186,7 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
         thread.update(MODE_FIELDS[config.permission_mode])
         return thread
 
-    async def _spawn(
-        self, cwd: str, argv_env: Callable[[], tuple[list[str], dict[str, str | None]]]
-    ) -> CodexRun:
+    async def new_run(self, cwd: str, argv: list[str], env: dict[str, str | None]) -> CodexRun:
         """Spawn ``codex app-server`` in ``cwd``, initialize it and settle its credentials.
 
         Under ``private`` isolation the process gets its own private dir (removed with it).
@@ -236,7 +194,6 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
         """
         private_dir: str | None = None
         try:
-            argv, env = argv_env()
             if self.config.isolation == "private":
                 private_dir = await make_private_dir(self.config)
                 env = {**env, **private_overlay(private_dir)}
@@ -245,7 +202,7 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
             await _remove_private_dir(private_dir)
             if not isinstance(exc, (OSError, ImportError, ValueError)):
                 raise
-            failure = _failure("initialize")
+            failure = self.start_failure()
             _log.info("%s", failure)
             raise failure from exc
         # The auth args go before the subcommand: ``codex [-c ...] app-server --listen stdio://``.
@@ -267,8 +224,7 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
         try:
             await step
         except BaseException as exc:
-            await self._rollback(run, exc)
-            raise  # unreachable: _rollback always raises
+            await self.rollback(run, exc)
 
     async def _spawn_process(
         self,
@@ -296,7 +252,7 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
             await _remove_private_dir(private_dir)
             if not isinstance(exc, (OSError, ImportError, SpawnError, ValueError)):
                 raise
-            failure = _failure("initialize")
+            failure = self.start_failure()
             _log.info("%s", failure)
             raise failure from exc
         return CodexRun(
@@ -307,29 +263,3 @@ class CodexProvider(ProviderBase[CodexProviderConfig]):
             auth=auth,
             private_dir=private_dir,
         )
-
-    async def _rollback(self, run: CodexRun, exc: BaseException) -> None:
-        if isinstance(exc, StartupFailure):
-            primary: BaseException = ProductFailure.from_facts(PREFIX, exc.facts)
-            primary.__cause__ = exc.__cause__ or exc
-        elif isinstance(exc, Exception):
-            primary = _failure("initialize")
-            primary.__cause__ = exc
-        else:
-            primary = exc  # CancelledError and friends propagate after the rollback
-        try:
-            await run.rollback()
-        except TeardownError as teardown_exc:
-            teardown = _failure("teardown")
-            teardown.__cause__ = teardown_exc
-            if isinstance(primary, Exception):
-                _log.info("%s", primary)
-                raise ExceptionGroup(f"{primary}; {teardown}", [primary, teardown]) from None
-            raise teardown from teardown_exc
-        except BaseException:
-            if isinstance(primary, Exception):
-                raise primary from primary.__cause__
-            raise
-        if isinstance(primary, Exception):
-            _log.info("%s", primary)
-        raise primary

@@ -1,54 +1,43 @@
 """One Codex run: the app-server process, its wire, the turn state machine and teardown.
 
-``CodexRun`` is the run's public surface; its parts are its bases, one role each: the turn state
-and settlement (``_turn``), teardown (``_teardown``), reading (``_reader``) and the start-up
-handshake (``_handshake``).
+``CodexRun`` is the run's public surface (the kit's ``ProductRun``: result, cancel, the close
+contract); its parts are its bases, one role each: the turn state and settlement (``_turn``),
+teardown (``_teardown``), reading (``_reader``) and the start-up handshake (``_handshake``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from types import TracebackType
-from typing import Self
+from collections.abc import Sequence
 
-from dsh.subagent import ProductFailure, SubagentResult
-from dsh.subagent.kit import FailureFacts, UsageFacts
+from dsh.subagent.kit import FailureFacts
 from dsh.subagent_codex._handshake import Handshake
-from dsh.subagent_codex._mapping import PREFIX, PRODUCT
+from dsh.subagent_codex._turn import StartupFailure
 from dsh.subagent_codex._wire import WireClosed
 
 __all__ = ["CodexRun"]
 
 
 class CodexRun(Handshake):
-    """A published (or publishing) one-shot Codex run. Create it with ``CodexProvider.start``."""
+    """A published (or publishing) one-shot Codex run. Create it with ``CodexProvider.start``.
 
-    # -- public surface --------------------------------------------------------------------
-    @property
-    def id(self) -> str:
-        return self._id
+    ``last_activity`` is when the last JSON-RPC frame was read from the app-server;
+    ``first_activity`` when the turn's first item other than the echoed prompt was; ``usage`` is
+    what Codex last reported the turn spent.
+    """
 
-    @property
-    def last_activity(self) -> float:
-        """When the last JSON-RPC frame was read from the app-server (``time.monotonic()``)."""
-        return self._activity.last
+    async def publish(self, texts: Sequence[str]) -> None:
+        self.begin_turn(list(texts))
 
-    @property
-    def first_activity(self) -> float | None:
-        """When the turn's first item other than the echoed prompt was read (host-only timing)."""
-        return self._first_output
+    def startup_failure(self, error: Exception) -> tuple[FailureFacts, BaseException] | None:
+        if isinstance(error, StartupFailure):
+            return (error.facts, error.__cause__ or error)
+        return None
 
-    @property
-    def usage(self) -> UsageFacts | None:
-        """What Codex last reported the turn spent (host-only; ``None`` before any report)."""
-        return self._usage
-
-    async def result(self) -> SubagentResult:
-        return await self._latch.wait()
-
-    def cancel(self, reason: str | None = None) -> None:
-        if not self._latch.abort():
+    def _stop(self, aborted: bool) -> None:
+        """Interrupt the turn (bounded) when this cancel aborted a turn that is under way."""
+        if not aborted:
             return
         if self._thread_id is None or self._turn_id is None or self._wire.closed or self._dead:
             return
@@ -57,23 +46,3 @@ class CodexRun(Handshake):
             loop = asyncio.get_running_loop()
             self._wire.request_cb("turn/interrupt", params, lambda _r, _e: self._wire.close())
             self._interrupt = loop.create_task(self._expire_interrupt())
-
-    async def aclose(self) -> None:
-        """Cancel if open; return once the whole tree has exited (every caller, see CloseOnce)."""
-        self.cancel()
-        teardown = await self._closing.run(self._teardown)
-        if teardown is not None:
-            raise ProductFailure.from_facts(
-                PREFIX, FailureFacts(PRODUCT, "teardown", "unknown")
-            ) from teardown
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -6,20 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from typing import Any
 
 from dsh.subagent import StopReason, SubagentResult, TextBlock, with_limits_hit
-from dsh.subagent.kit import (
-    ActivityStamp,
-    CloseOnce,
-    FailureFacts,
-    ResultLatch,
-    UsageFacts,
-    failure_line,
-)
+from dsh.subagent.kit import FailureFacts, ProductRun, failure_line
 from dsh.subagent_codex._auth import AuthPlan
-from dsh.subagent_codex._mapping import DECLINED_ITEMS, PRODUCT, classify_error_info, fact_line
+from dsh.subagent_codex._mapping import (
+    DECLINED_ITEMS,
+    PREFIX,
+    PRODUCT,
+    classify_error_info,
+    fact_line,
+)
 from dsh.subagent_codex._wire import Wire
 from dsh.subprocess import ManagedProcess
 
@@ -38,8 +36,11 @@ class StartupFailure(Exception):
         self.facts = FailureFacts(PRODUCT, stage, category, **extra)
 
 
-class TurnState:
+class TurnState(ProductRun):
     """What one Codex run knows, and how its turn moves on to a settlement."""
+
+    prefix = PREFIX
+    product = PRODUCT
 
     def __init__(
         self,
@@ -51,7 +52,7 @@ class TurnState:
         auth: AuthPlan | None = None,
         private_dir: str | None = None,
     ) -> None:
-        self._id = str(uuid.uuid4())
+        super().__init__()
         self._private_dir = private_dir
         self._proc = proc
         assert proc.stdin is not None
@@ -62,7 +63,6 @@ class TurnState:
         self._auth = auth
         self._grace_s = grace_s
         self._max_line = max_line
-        self._latch = ResultLatch()
         self._stage = "initialize"
         self._published = False
         self._startup_error: StartupFailure | None = None
@@ -78,10 +78,6 @@ class TurnState:
         self._reader: asyncio.Task[None] | None = None
         self._interrupt: asyncio.Task[None] | None = None
         self._turn_start_timer: asyncio.TimerHandle | None = None
-        self._closing = CloseOnce()
-        self._activity = ActivityStamp()
-        self._first_output: float | None = None
-        self._usage: UsageFacts | None = None
         self._usage_reports = 0
 
     # -- turn ------------------------------------------------------------------------------

@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dsh.subagent_codex._config import CodexProviderConfig
-from dsh.subagent_codex._fake_responses import (
+from dsh.subagent_codex._fake_server import (
     Behaviour,
     Drop,
     FakeResponsesServer,
@@ -37,6 +36,7 @@ from dsh.subagent_codex._hermetic_home import (
 )
 from dsh.subagent_codex._provider import CodexProvider
 from dsh.subagent_codex._wire import MAX_LINE_BYTES
+from dsh.subagent_codex.config import CodexProviderConfig
 
 __all__ = [
     "FAKE_API_KEY",

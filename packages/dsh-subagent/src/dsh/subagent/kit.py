@@ -10,8 +10,11 @@ processes (``WarmPool``, for ``prewarm``), the activity stamp (``ActivityStamp``
 ``touch()``-es it on every message it reads from its product and exposes it as the
 ``last_activity`` property, which the caller's stall limit reads; ``ReportsActivity`` and
 ``last_activity(run)`` are the reading side; a run may also expose ``first_activity``, its
-first model output, for the host's timings), and owner-named run dirs (their sweep, the
-private-home template copy). Provider authors import these names from here;
+first model output, for the host's timings), owner-named run dirs (their sweep, the
+private-home template copy), and the provider template: ``ProductProvider`` (the start
+algorithm, the rollback and the warm pool, written once, on the product's hooks), ``ProductRun``
+(the run base with the close contract) and ``loopback_demo_plan`` (``dsh demo`` on a loopback
+model server). Provider authors import these names from here;
 the ones :mod:`dsh.subagent` once re-exported still import from the root with a
 ``DeprecationWarning`` until dsh-subagent 1.0 (deprecated since 0.2.0) (tests/test_surfaces.py).
 """
@@ -37,6 +40,7 @@ from dsh.subagent._diagnostics import (
 from dsh.subagent._doctor import DoctorCheck, credential_checks, payload_check, version_check
 from dsh.subagent._env_config import check_env_names, check_env_overlay
 from dsh.subagent._latch import ResultLatch
+from dsh.subagent._loopback_demo import LoopbackServer, loopback_demo_plan
 from dsh.subagent._owned_dirs import (
     copy_home_template,
     make_off_loop,
@@ -47,6 +51,8 @@ from dsh.subagent._owned_dirs import (
     sweep_lost_dirs,
     sweep_lost_dirs_once,
 )
+from dsh.subagent._product_provider import EnvNames, Launch, ProductProvider
+from dsh.subagent._product_run import ProcessHandle, ProductRun
 from dsh.subagent._provider_base import ProductInstall, ProviderBase, product_config_dir
 from dsh.subagent._usage import RunTimings, UsageFacts, non_negative_int
 from dsh.subagent._warm import WARM_START_TIMEOUT_S, WarmPool
@@ -61,11 +67,17 @@ __all__ = [
     "ActivityStamp",
     "CloseOnce",
     "DoctorCheck",
+    "EnvNames",
     "EnvPolicy",
     "FailureFacts",
     "Isolation",
+    "Launch",
+    "LoopbackServer",
+    "ProcessHandle",
     "ProductFailure",
     "ProductInstall",
+    "ProductProvider",
+    "ProductRun",
     "ProviderBase",
     "ProviderConfigBase",
     "ReportsActivity",
@@ -83,6 +95,7 @@ __all__ = [
     "failure_line",
     "first_activity",
     "last_activity",
+    "loopback_demo_plan",
     "make_off_loop",
     "make_owned_dir",
     "new_owned_dir_path",

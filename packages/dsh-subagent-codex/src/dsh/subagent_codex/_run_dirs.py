@@ -5,9 +5,10 @@ Each ``codex app-server`` gets one owner-named dir ``dsh-codex-<pid>-<start>-<ra
 its ``CODEX_SQLITE_HOME`` and its ``HOME`` (empty: Codex snapshots the login shell from
 ``$HOME`` before the first command, and a tool command finds no ``~/.gitconfig`` or ``~/.ssh``
 of the host user there). The run removes the dir after whole-tree exit; the provider's first
-start in a process sweeps the dirs of dead owners. A forwarded key is logged in through the
-app-server's own ``account/login/start`` into its in-memory credential store (``_auth``), so it
-is written nowhere, not even here.
+start in a process sweeps the dirs of dead owners (the kit's ``ProductProvider``, by
+``PRIVATE_DIR_TAG``). A forwarded key is logged in through the app-server's own
+``account/login/start`` into its in-memory credential store (``_auth``), so it is written
+nowhere, not even here.
 """
 
 from __future__ import annotations
@@ -15,19 +16,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from dsh.subagent.kit import (
-    copy_home_template,
-    make_off_loop,
-    make_owned_dir,
-    sweep_lost_dirs_once,
-)
-from dsh.subagent_codex._config import CodexProviderConfig
+from dsh.subagent.kit import copy_home_template, make_off_loop, make_owned_dir
+from dsh.subagent_codex.config import CodexProviderConfig
 
 __all__ = [
     "PRIVATE_DIR_TAG",
     "make_private_dir",
     "private_overlay",
-    "sweep_lost_private_dirs_once",
 ]
 
 PRIVATE_DIR_TAG = "codex"
@@ -60,8 +55,3 @@ def private_overlay(root: str) -> dict[str, str | None]:
         "CODEX_SQLITE_HOME": str(Path(root) / _SQLITE_HOME),
         "HOME": str(Path(root) / _HOME),
     }
-
-
-def sweep_lost_private_dirs_once() -> None:
-    """Sweep, once per process and in the background, the private dirs dead owners left."""
-    sweep_lost_dirs_once(PRIVATE_DIR_TAG)
