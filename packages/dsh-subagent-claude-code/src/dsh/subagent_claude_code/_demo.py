@@ -3,7 +3,7 @@
 Reached through ``ClaudeCodeProvider.demo()`` (see ``dsh.subagent.DemoPlan``), so the tool layer
 never imports this package. Claude Code runs with a hermetic home and its API base URL on the
 loopback server; it needs no key and talks only to 127.0.0.1. The plan's frame (servers,
-per-token scripting) is the kit's ``loopback_demo_plan``.
+per-token scripting) is the kit's ``LoopbackDemo``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dsh.subagent import DEMO_ERROR_BODY, DemoFailure, DemoPlan
-from dsh.subagent.kit import FailureFacts, failure_line, loopback_demo_plan
+from dsh.subagent.kit import FailureFacts, LoopbackDemo, failure_line
 from dsh.subagent_claude_code._fake_server import Behaviour, FakeMessagesServer, hermetic_env
 from dsh.subprocess import marked_processes
 
@@ -25,34 +25,31 @@ FAILURE = failure_line(
 )
 
 
-def _config(root: Path, base_url: str) -> dict[str, Any]:
-    return {"env": hermetic_env(root / "claude", base_url)}
+class _ClaudeCodeDemo(LoopbackDemo[FakeMessagesServer]):
+    product = PRODUCT
+    scenarios = ("foreground answer", "background job", "model failure", "cancel the tool call")
+    serve_answer = SERVE_ANSWER
 
+    def server(self, *, serving: bool) -> FakeMessagesServer:
+        if serving:
+            return FakeMessagesServer(default=Behaviour("text", text=SERVE_ANSWER))
+        return FakeMessagesServer()
 
-def _busy(server: FakeMessagesServer, token: str) -> None:
-    # The model request stalls, so the CLI stays alive mid-turn.
-    server.queue_stall(match=token)
+    def config(self, root: Path, base_url: str) -> dict[str, Any]:
+        return {"env": hermetic_env(root / "claude", base_url)}
 
+    def busy(self, server: FakeMessagesServer, token: str) -> None:
+        # The model request stalls, so the CLI stays alive mid-turn.
+        server.queue_stall(match=token)
 
-def _fail(server: FakeMessagesServer, token: str) -> DemoFailure:
-    server.queue_http_error(401, DEMO_ERROR_BODY, match=token)
-    return DemoFailure("HTTP 401", FAILURE)
+    def fail(self, server: FakeMessagesServer, token: str) -> DemoFailure:
+        server.queue_http_error(401, DEMO_ERROR_BODY, match=token)
+        return DemoFailure("HTTP 401", FAILURE)
 
-
-def _serving() -> FakeMessagesServer:
-    return FakeMessagesServer(default=Behaviour("text", text=SERVE_ANSWER))
+    def leftover_processes(self, owner_pid: int) -> list[int]:
+        return marked_processes(owner_pid=owner_pid)
 
 
 def demo_plan() -> DemoPlan:
     """Claude Code answers, runs in the background, fails safely and its tool call is cancelled."""
-    return loopback_demo_plan(
-        product=PRODUCT,
-        scenarios=("foreground answer", "background job", "model failure", "cancel the tool call"),
-        server=FakeMessagesServer,
-        serving_server=_serving,
-        serve_answer=SERVE_ANSWER,
-        config=_config,
-        busy=_busy,
-        fail=_fail,
-        leftover_processes=lambda owner_pid: marked_processes(owner_pid=owner_pid),
-    )
+    return _ClaudeCodeDemo().plan()

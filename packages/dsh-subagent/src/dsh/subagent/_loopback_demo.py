@@ -1,4 +1,4 @@
-"""``loopback_demo_plan``: a product's ``dsh demo`` part on its loopback model server.
+"""``LoopbackDemo``: a product's ``dsh demo`` part on its loopback model server.
 
 Both shipped providers script the demo the same way: a fake model server (a
 ``ScriptedModelServer``) whose replies are queued per scenario token, the provider's profile
@@ -9,15 +9,16 @@ model failure is scripted (and the safe diagnostic the run then reports).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+import abc
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from dsh.subagent._demo import DemoFailure, DemoModel, DemoPlan, DemoScenario
 from dsh.subagent._model_script import ModelRequest
 
-__all__ = ["LoopbackServer", "loopback_demo_plan"]
+__all__ = ["LoopbackDemo", "LoopbackServer"]
 
 
 class LoopbackServer(Protocol):
@@ -42,74 +43,80 @@ ServerT = TypeVar("ServerT", bound=LoopbackServer)
 class _Model(Generic[ServerT]):
     """The running server; each token's replies are queued with ``match=token``."""
 
-    def __init__(
-        self,
-        root: Path,
-        server: ServerT,
-        config: Callable[[Path, str], dict[str, Any]],
-        busy: Callable[[ServerT, str], None],
-        fail: Callable[[ServerT, str], DemoFailure],
-    ) -> None:
+    def __init__(self, root: Path, demo: LoopbackDemo[ServerT]) -> None:
         self._root = root
-        self.server = server
-        self._config = config
-        self._busy = busy
-        self._fail = fail
+        self._demo = demo
+        self.server = demo.server(serving=False)
 
     def provider_config(self) -> dict[str, Any]:
-        return self._config(self._root, self.server.base_url)
+        return self._demo.config(self._root, self.server.base_url)
 
     def answer(self, token: str, text: str) -> None:
         self.server.queue_text(text, match=token)
 
     def busy(self, token: str) -> None:
-        self._busy(self.server, token)
+        self._demo.busy(self.server, token)
 
     def fail(self, token: str) -> DemoFailure:
-        return self._fail(self.server, token)
+        return self._demo.fail(self.server, token)
 
     def tasks_seen(self) -> list[str]:
         return [r.task or "" for r in self.server.requests]
 
 
-def loopback_demo_plan(
-    *,
-    product: str,
-    scenarios: tuple[DemoScenario, ...],
-    server: Callable[[], ServerT],
-    serving_server: Callable[[], ServerT],
-    serve_answer: str,
-    config: Callable[[Path, str], dict[str, Any]],
-    busy: Callable[[ServerT, str], None],
-    fail: Callable[[ServerT, str], DemoFailure],
-    leftover_processes: Callable[[int], Sequence[int]],
-) -> DemoPlan:
-    """A ``DemoPlan`` on a loopback model server.
+class LoopbackDemo(abc.ABC, Generic[ServerT]):
+    """A product's ``dsh demo`` part on its loopback model server; ``plan()`` is the plan.
 
-    ``server()`` makes the scripted server (started when the plan's ``model`` is entered);
-    ``serving_server()`` one that answers every request with ``serve_answer`` (``dsh demo
-    --serve``). ``config(root, base_url)`` is the provider's profile config for a server, its
-    hermetic home under ``root``. ``busy(server, token)`` keeps the task carrying ``token`` busy
-    mid-turn; ``fail(server, token)`` scripts its model failure and returns what the run reports.
+    A subclass sets ``product``, ``scenarios`` and ``serve_answer`` and defines the hooks: its
+    server, its profile config for a server, how a task is kept busy, how a model failure is
+    scripted, and how its leftover processes are found.
     """
 
-    @asynccontextmanager
-    async def model(root: Path) -> AsyncIterator[DemoModel]:
-        running = _Model(root, server(), config, busy, fail)
-        async with running.server:
-            yield running
+    product: ClassVar[str]
+    scenarios: ClassVar[tuple[DemoScenario, ...]]
+    serve_answer: ClassVar[str]
 
-    @asynccontextmanager
-    async def serve(root: Path) -> AsyncIterator[Mapping[str, Any]]:
-        answering = serving_server()
-        async with answering:
-            yield config(root, answering.base_url)
+    def plan(self) -> DemoPlan:
+        """The ``DemoPlan``: ``model`` scripts a server per token, ``serve`` answers everything."""
 
-    return DemoPlan(
-        product=product,
-        scenarios=scenarios,
-        model=model,
-        serve=serve,
-        serve_answer=serve_answer,
-        leftover_processes=leftover_processes,
-    )
+        @asynccontextmanager
+        async def model(root: Path) -> AsyncIterator[DemoModel]:
+            running = _Model(root, self)
+            async with running.server:
+                yield running
+
+        @asynccontextmanager
+        async def serve(root: Path) -> AsyncIterator[Mapping[str, Any]]:
+            answering = self.server(serving=True)
+            async with answering:
+                yield self.config(root, answering.base_url)
+
+        return DemoPlan(
+            product=self.product,
+            scenarios=self.scenarios,
+            model=model,
+            serve=serve,
+            serve_answer=self.serve_answer,
+            leftover_processes=self.leftover_processes,
+        )
+
+    @abc.abstractmethod
+    def server(self, *, serving: bool) -> ServerT:
+        """A fresh, unstarted server; ``serving``: it answers every request with
+        ``serve_answer`` (``dsh demo --serve``)."""
+
+    @abc.abstractmethod
+    def config(self, root: Path, base_url: str) -> dict[str, Any]:
+        """The provider's profile config for the server at ``base_url`` (a home under ``root``)."""
+
+    @abc.abstractmethod
+    def busy(self, server: ServerT, token: str) -> None:
+        """Keep the task carrying ``token`` busy mid-turn."""
+
+    @abc.abstractmethod
+    def fail(self, server: ServerT, token: str) -> DemoFailure:
+        """Script the model failure of the task carrying ``token``; return what the run reports."""
+
+    @abc.abstractmethod
+    def leftover_processes(self, owner_pid: int) -> Sequence[int]:
+        """The pids of this product's processes still alive that ``owner_pid`` started."""

@@ -13,7 +13,7 @@ processes (``WarmPool``, for ``prewarm``), the activity stamp (``ActivityStamp``
 first model output, for the host's timings), owner-named run dirs (their sweep, the
 private-home template copy), and the provider template: ``ProductProvider`` (the start
 algorithm, the rollback and the warm pool, written once, on the product's hooks), ``ProductRun``
-(the run base with the close contract) and ``loopback_demo_plan`` (``dsh demo`` on a loopback
+(the run base with the close contract) and ``LoopbackDemo`` (``dsh demo`` on a loopback
 model server). Provider authors import these names from here;
 the ones :mod:`dsh.subagent` once re-exported still import from the root with a
 ``DeprecationWarning`` until dsh-subagent 1.0 (deprecated since 0.2.0) (tests/test_surfaces.py).
@@ -40,7 +40,7 @@ from dsh.subagent._diagnostics import (
 from dsh.subagent._doctor import DoctorCheck, credential_checks, payload_check, version_check
 from dsh.subagent._env_config import check_env_names, check_env_overlay
 from dsh.subagent._latch import ResultLatch
-from dsh.subagent._loopback_demo import LoopbackServer, loopback_demo_plan
+from dsh.subagent._loopback_demo import LoopbackDemo, LoopbackServer
 from dsh.subagent._owned_dirs import (
     copy_home_template,
     make_off_loop,
@@ -72,6 +72,7 @@ __all__ = [
     "FailureFacts",
     "Isolation",
     "Launch",
+    "LoopbackDemo",
     "LoopbackServer",
     "ProcessHandle",
     "ProductFailure",
@@ -95,7 +96,6 @@ __all__ = [
     "failure_line",
     "first_activity",
     "last_activity",
-    "loopback_demo_plan",
     "make_off_loop",
     "make_owned_dir",
     "new_owned_dir_path",
