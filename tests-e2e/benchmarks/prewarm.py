@@ -100,7 +100,7 @@ async def _idle_cost(bench: Bench) -> dict[str, Any]:
     cwd = bench._dir("ws", "warm")
     try:
         await _dsh_once(provider, cwd, bench.product)
-        pool = provider._warm.pool
+        pool = provider.warm_pool
         for _ in range(1200):  # bounded: 60 s
             if len(pool.idle()) >= IDLE_WARM:
                 break
@@ -133,7 +133,7 @@ async def _product(bench: Bench, pairs: int, prewarm: int) -> dict[str, Any]:
     try:
         await _dsh_once(provider, cwd, bench.product)  # cold; starts the warming
         await _sdk_once(bench)
-        pool = provider._warm.pool
+        pool = provider.warm_pool
         taken0, missed0 = pool.taken, pool.missed
         ready = 0
         for index in range(pairs):

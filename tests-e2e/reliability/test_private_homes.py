@@ -398,7 +398,7 @@ async def test_private_warm_processes_each_get_their_own_home(kit: Any, private:
         private.answer()
         async with await provider.start(private.request("cold")) as run:
             assert (await run.result()).stop_reason is StopReason.COMPLETED
-        pool = provider._warm.pool
+        pool = provider.warm_pool
         await kit.wait_until(lambda: len(pool.idle()) >= 2, 60.0, "two warm processes")
         warm = list(pool.idle())
         homes = {int(w.process.pid): _private_home_of(int(w.process.pid)) for w in warm}

@@ -35,7 +35,7 @@ async def main() -> None:
     )
     async with await provider.start(request) as run:
         await run.result()
-    pool = provider._warm.pool
+    pool = provider.warm_pool
     for _ in range(800):  # bounded: 40 s
         if len(pool.idle()) >= int(prewarm):
             break
