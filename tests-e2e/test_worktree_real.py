@@ -5,8 +5,8 @@
   parent's files, index, status and stash are byte-identical before and after, and no worktree
   stays registered or on disk.
 - Eight worktree runs at once on one repository, both products mixed, all editing the same
-  file: eight branches, each with its own edit, the parent untouched (``DSH_WORKTREE_ROUNDS``
-  rounds, 2 by default; 5 is the issue's full volume, docs/workspaces.md).
+  file: eight branches, each with its own edit, the parent untouched (2 rounds;
+  ``DSH_FULL_VOLUME=1`` runs the issue's 5, docs/workspaces.md).
 - A tool command writing the parent's checkout by absolute path, under each product's
   edit-allowing mode, is refused by the product (Codex's workspace-write sandbox, Claude Code's
   permission check answered by dsh), while its write inside the worktree lands on the branch.
@@ -44,7 +44,7 @@ from dsh.tool_subagent._worktree import sweep_lost_worktrees, worktrees_root
 pytestmark = pytest.mark.real_product
 
 PRODUCTS = ("codex", "claude-code")
-ROUNDS = int(os.environ.get("DSH_WORKTREE_ROUNDS", "2"))
+ROUNDS = 5 if os.environ.get("DSH_FULL_VOLUME") == "1" else 2
 
 
 def git(repo: Path, *args: str) -> str:

@@ -7,12 +7,16 @@ through the provider's stand-in seam, so the whole provider (spawn, handshake, s
 rollback, teardown) is exercised. The stand-in always ends its stream, so every example must
 end within its bound, with no unexpected exception, with a valid outcome, and every failure is a
 fixed safe line that carries no frame text (every generated string carries a canary).
+
+The README's command plays 40 scripts; ``DSH_FULL_VOLUME=1`` plays 150 (docs/architecture.md,
+"CI time").
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -34,6 +38,8 @@ from dsh.subagent_codex import CodexProvider, CodexProviderConfig
 
 pytestmark = pytest.mark.timeout(240)
 
+FULL_VOLUME = os.environ.get("DSH_FULL_VOLUME") == "1"
+EXAMPLES = 150 if FULL_VOLUME else 40
 CANARY = "FRAME-CANARY-5e1f"
 ANSWER = f"the answer {CANARY}"
 MAX_LINE = 4096
@@ -226,7 +232,7 @@ def test_codex_wire_survives_random_and_mutated_frames(kit: Any, tmp_path: Path)
     began = time.monotonic()
 
     @settings(
-        max_examples=150,
+        max_examples=EXAMPLES,
         deadline=None,
         database=None,
         # No shrinking: a hanging example costs its whole bound on every replay. The failing
@@ -246,7 +252,7 @@ def test_codex_wire_survives_random_and_mutated_frames(kit: Any, tmp_path: Path)
     example()
     took = time.monotonic() - began
     print(f"bad frames: {seen} in {took:.1f}s (slowest example {slowest[0]:.2f}s)")
-    assert sum(seen.values()) >= 100
+    assert sum(seen.values()) >= EXAMPLES * 2 // 3
     assert kit.own_marked() == []
 
 
