@@ -103,6 +103,65 @@ def contracts(providers: Sequence[KnownProvider] = KNOWN_PROVIDERS) -> str:
         'type = "forbidden"',
         f"source_modules = {_list(_SEAM)}",
         f"forbidden_modules = {_list([_PROCESS, _TOOL, *packages, *modules, 'mcp'])}",
+        "",
+        "[[tool.importlinter.contracts]]",
+        'id = "subprocess-is-the-bottom"',
+        'name = "dsh.subprocess imports no other dsh package and no product"',
+        'type = "forbidden"',
+        f'source_modules = ["{_PROCESS}"]',
+        f"forbidden_modules = {_list([*_SEAM, _TOOL, *packages, *modules, 'mcp'])}",
+    ]
+    # Optional extras that only one module of dsh may import: every dsh package is a source.
+    dsh_packages = _list([_PROCESS, *_SEAM, _TOOL, *packages])
+    out += [
+        "",
+        "[[tool.importlinter.contracts]]",
+        'id = "only-the-ray-executor-imports-ray"',
+        'name = "Only the Ray executor module imports Ray (an optional extra of dsh-jobs)"',
+        'type = "forbidden"',
+        f"source_modules = {dsh_packages}",
+        'forbidden_modules = ["ray"]',
+        'ignore_imports = ["dsh.jobs._ray_executor -> ray"]',
+        "",
+        "[[tool.importlinter.contracts]]",
+        'id = "only-the-otel-module-imports-opentelemetry"',
+        'name = "Only dsh.tool_subagent._otel imports OpenTelemetry (the otel extra), and lazily"',
+        'type = "forbidden"',
+        f"source_modules = {dsh_packages}",
+        'forbidden_modules = ["opentelemetry"]',
+        'ignore_imports = ["dsh.tool_subagent._otel -> opentelemetry"]',
+        "# mcp, ray and the agent frameworks import opentelemetry themselves; only dsh's own",
+        "# imports count.",
+        "allow_indirect_imports = true",
+        "",
+        "[[tool.importlinter.contracts]]",
+        'id = "only-the-adapters-import-a-framework"',
+        'name = "Only each framework adapter module imports its framework (an optional extra)"',
+        'type = "forbidden"',
+        f"source_modules = {dsh_packages}",
+        'forbidden_modules = ["pydantic_ai", "agents", "langchain_core"]',
+        "ignore_imports = "
+        + _list(
+            [
+                "dsh.tool_subagent._pydantic_ai -> pydantic_ai",
+                "dsh.tool_subagent._openai_agents -> agents",
+                "dsh.tool_subagent._langchain -> langchain_core",
+            ]
+        ),
+        "",
+        "[[tool.importlinter.contracts]]",
+        'id = "no-private-imports"',
+        'name = "No package imports a private module of another"',
+        'type = "private_modules"',
+        "# The products' and the MCP SDK's own imports of their private modules are theirs (a",
+        "# product package without private modules matches no rule, which is fine).",
+        'unmatched_ignore_imports_alerting = "none"',
+        "ignore_imports = "
+        + _list(
+            rule
+            for module in (*dict.fromkeys(modules), "mcp")
+            for rule in (f"{module} -> {module}.**", f"{module}.** -> {module}.**")
+        ),
     ]
     return "\n".join(out) + "\n"
 
