@@ -54,11 +54,6 @@ class GitFailed(Exception):
         self.exit_code = exit_code
         self.stderr = stderr
 
-    @property
-    def lock_contention(self) -> bool:
-        """Whether git refused because another git held one of its lock files."""
-        return ".lock" in self.stderr and ("exists" in self.stderr or "Unable" in self.stderr)
-
 
 async def git(
     cwd: Path | str,
