@@ -11,12 +11,10 @@ a second for 6 s under the same limit completes: every delta moves the activity 
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import sys
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +23,8 @@ import pytest
 from dsh.subagent_claude_code.testing import FakeMessagesServer
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex.testing import (
-    FakeResponsesServer,
     FunctionCallItem,
     Reply,
-    hermetic_env,
-    write_codex_home,
 )
 from dsh.subprocess import Collect, SpawnSpec, default_runtime
 from dsh.tool_subagent import Caller, Harness, ToolResult
@@ -47,105 +42,49 @@ STALLED = "subagent run stopped: no product activity for 2 s (stall_timeout_s)"
 WORDS = [f"tick{i} " for i in range(7)]  # 7 words, 1 s apart: 6 s of streaming
 
 
-@dataclass
-class Stack:
-    harness: Harness
-    codex: FakeResponsesServer
-    claude: FakeMessagesServer
-    caller: Caller
-    profile: Path
-    workspace: Path
-
-    async def call(self, name: str, **arguments: Any) -> ToolResult:
-        result: ToolResult = await self.harness.tool(name).call(arguments, self.caller)
-        return result
-
-    def stall(self, product: str) -> None:
-        # Bounded, so the same test against code without the limit ends (and fails) in time.
-        if product == CODEX:
-            self.codex.queue_stall(seconds=40)
-        else:
-            self.claude.queue_stall(seconds=40)
-
-    def trickle(self, product: str) -> None:
-        if product == CODEX:
-            self.codex.queue_trickle(WORDS, interval_s=1.0)
-        else:
-            self.claude.queue_trickle("".join(WORDS).strip(), interval_s=1.0)
-
-    async def request_arrived(self, product: str) -> float:
-        """When the product's model request reached the loopback server (``monotonic``)."""
-        if product == CODEX:
-            await self.codex.wait_for_requests(1, timeout=60)
-        else:
-            assert await self.claude.wait_for_requests(1, timeout=60)
-        return time.monotonic()
+def _stall(stack: Any, product: str) -> None:
+    # Bounded, so the same test against code without the limit ends (and fails) in time.
+    stack.stall(product, seconds=40)
 
 
-def _toml_env(env: dict[str, str]) -> str:
-    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }"
-
-
-def _profile_text(codex_env: dict[str, str], claude: dict[str, str]) -> str:
-    rows = []
-    for kind, env in ((CODEX, codex_env), (CLAUDE, claude)):
-        rows += [
-            "[[provider]]",
-            f'kind = "{kind}"',
-            "[provider.config]",
-            'stderr = "discard"',
-            f"dispose_grace_ms = {int(GRACE_S * 1000)}",
-            f"env = {_toml_env(env)}",
-            "",
-        ]
-    for kind in (CODEX, CLAUDE):
-        rows += [
-            "[[tool]]",
-            f'provider = "{kind}"',
-            f'tool_name = "{TOOLS[kind]}"',
-            'max_depth = "provider-managed"',
-            f"stall_timeout_s = {STALL_S}",
-            "",
-        ]
-    return "\n".join(rows)
+def _trickle(stack: Any, product: str) -> None:
+    if product == CODEX:
+        stack.codex.queue_trickle(WORDS, interval_s=1.0)
+    else:
+        stack.claude.queue_trickle("".join(WORDS).strip(), interval_s=1.0)
 
 
 @pytest.fixture
-async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
-        home = write_codex_home(tmp_path / "codex-home", codex.base_url, "limits-model")
-        env = claude_env(tmp_path / "claude", claude.base_url)
-        profile = tmp_path / "profile.toml"
-        profile.write_text(_profile_text(hermetic_env(home), env), encoding="utf-8")
-        async with Harness.from_profile(profile) as harness:
-            yield Stack(
-                harness, codex, claude, Caller("limits", str(workspace)), profile, workspace
-            )
+async def stack(loopback: Any) -> AsyncIterator[Any]:
+    tool = {"max_depth": "provider-managed", "stall_timeout_s": STALL_S}
+    profile = loopback.profile(
+        {"stderr": "discard", "dispose_grace_ms": int(GRACE_S * 1000)},
+        tool=[{"provider": kind, "tool_name": TOOLS[kind], **tool} for kind in (CODEX, CLAUDE)],
+    )
+    caller = Caller("limits", str(loopback.workspace))
+    async with loopback.session(loopback.write(profile), caller) as session:
+        yield session
 
 
 async def _owned(pid: int | None = None) -> list[int]:
     return await asyncio.to_thread(owned_marked_processes, pid)
 
 
-async def _stalled_call(stack: Stack, product: str, **extra: Any) -> tuple[ToolResult, float]:
+async def _stalled_call(stack: Any, product: str, **extra: Any) -> tuple[ToolResult, float]:
     """The call, how long it took from the model request to its settling; the tree was alive
     when the request arrived."""
-    stack.stall(product)
+    _stall(stack, product)
     call = asyncio.ensure_future(
         stack.call(TOOLS[product], description="stall task", prompt="STALL please", **extra)
     )
-    arrived = await stack.request_arrived(product)
+    arrived = await stack.request_arrived(product, timeout=60)
     assert await _owned() != [], "the product's tree was not alive while the model stalled"
     result = await call
     return result, time.monotonic() - arrived
 
 
 @pytest.mark.parametrize("product", [CODEX, CLAUDE])
-async def test_a_stalled_foreground_run_stops_at_its_stall_limit(
-    stack: Stack, product: str
-) -> None:
+async def test_a_stalled_foreground_run_stops_at_its_stall_limit(stack: Any, product: str) -> None:
     began = time.monotonic()
     result, after_request = await _stalled_call(stack, product)
     assert time.monotonic() - began >= STALL_S
@@ -159,8 +98,8 @@ async def test_a_stalled_foreground_run_stops_at_its_stall_limit(
 
 
 @pytest.mark.parametrize("product", [CODEX, CLAUDE])
-async def test_a_stalled_job_ends_failed_with_the_limit(stack: Stack, product: str) -> None:
-    stack.stall(product)
+async def test_a_stalled_job_ends_failed_with_the_limit(stack: Any, product: str) -> None:
+    _stall(stack, product)
     started = await stack.call(
         TOOLS[product], description="stall job", prompt="STALL job", run_in_background=True
     )
@@ -168,7 +107,7 @@ async def test_a_stalled_job_ends_failed_with_the_limit(stack: Stack, product: s
     assert started.value is not None
     job_id = started.value["job_id"]
     assert started.text == f"started background subagent job {job_id}"
-    arrived = await stack.request_arrived(product)
+    arrived = await stack.request_arrived(product, timeout=60)
     assert await _owned() != [], "the product's tree was not alive while the model stalled"
     read = await stack.call("job_output", job_id=job_id, wait=True, timeout_ms=60000)
     after_request = time.monotonic() - arrived
@@ -179,9 +118,9 @@ async def test_a_stalled_job_ends_failed_with_the_limit(stack: Stack, product: s
 
 @pytest.mark.parametrize("product", [CODEX, CLAUDE])
 async def test_a_model_streaming_a_word_a_second_completes_under_the_stall_limit(
-    stack: Stack, product: str
+    stack: Any, product: str
 ) -> None:
-    stack.trickle(product)
+    _trickle(stack, product)
     began = time.monotonic()
     result = await stack.call(TOOLS[product], description="slow task", prompt="TRICKLE please")
     assert time.monotonic() - began >= 6.0  # the stream really took longer than the limit
@@ -193,11 +132,11 @@ async def test_a_model_streaming_a_word_a_second_completes_under_the_stall_limit
     assert await _owned() == []
 
 
-async def test_timeout_s_stops_a_run_that_keeps_talking(stack: Stack) -> None:
+async def test_timeout_s_stops_a_run_that_keeps_talking(stack: Any) -> None:
     # The wall clock bounds a live run the stall limit lets through.
     tool = stack.harness.tool(TOOLS[CODEX])
     tool.config = tool.config.model_copy(update={"timeout_s": 3.0})  # type: ignore[attr-defined]
-    stack.trickle(CODEX)
+    _trickle(stack, CODEX)
     began = time.monotonic()
     result = await stack.call(TOOLS[CODEX], description="slow task", prompt="TRICKLE long")
     took = time.monotonic() - began
@@ -211,7 +150,7 @@ async def test_timeout_s_stops_a_run_that_keeps_talking(stack: Stack) -> None:
     assert await _owned() == []
 
 
-async def _dsh_run(stack: Stack, *args: str) -> tuple[int | None, str, str, int]:
+async def _dsh_run(stack: Any, *args: str) -> tuple[int | None, str, str, int]:
     argv = [sys.executable, "-m", "dsh.tool_subagent._cli", "run", "--profile", str(stack.profile)]
     spec = SpawnSpec(
         argv=[*argv, "--cwd", str(stack.workspace), *args],
@@ -231,14 +170,14 @@ async def _dsh_run(stack: Stack, *args: str) -> tuple[int | None, str, str, int]
 
 
 @pytest.mark.parametrize("product", [CODEX, CLAUDE])
-async def test_dsh_run_stall_timeout_stops_a_stalled_run(stack: Stack, product: str) -> None:
+async def test_dsh_run_stall_timeout_stops_a_stalled_run(stack: Any, product: str) -> None:
     # The profile says 2 s already; --stall-timeout 2.5 replaces it and is the one named.
-    stack.stall(product)
+    _stall(stack, product)
     began = time.monotonic()
     run = asyncio.ensure_future(
         _dsh_run(stack, "--tool", TOOLS[product], "--stall-timeout", "2.5", "STALL cli")
     )
-    arrived = await stack.request_arrived(product)
+    arrived = await stack.request_arrived(product, timeout=60)
     code, out, err, pid = await run
     assert time.monotonic() - began >= 2.5
     assert time.monotonic() - arrived <= 2.5 + GRACE_S + SLACK_S + 1.0  # + interpreter exit
@@ -253,7 +192,7 @@ def _command(cmd: str) -> Reply:
 
 
 async def test_a_codex_command_that_prints_keeps_its_run_alive_and_a_silent_one_does_not(
-    stack: Stack,
+    stack: Any,
 ) -> None:
     # Codex streams a running command's output (item/commandExecution/outputDelta): a command
     # that prints once a second for 6 s is activity; the same 6 s of silence is a stall.

@@ -9,29 +9,20 @@ leak guard of ``tests-e2e/conftest.py`` applies on top.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from dsh.jobs import JobOwner
 from dsh.subagent_claude_code.testing import FakeMessagesServer
-from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex.testing import (
     FakeResponsesServer,
-    FunctionCallItem,
     HttpStatus,
-    Reply,
-    write_codex_home,
 )
-from dsh.subagent_codex.testing import hermetic_env as codex_env
-from dsh.subprocess import marked_processes
-from dsh.tool_subagent import Harness
+from dsh.tool_subagent import Caller, Harness
 
 CANARY = "canary-framework-5d2e81"
 CODEX_FAILURE = (
@@ -54,15 +45,19 @@ class Products:
     workspace: Path
     #: The profile the harness was built from (a mapping; :meth:`write_profile` writes TOML).
     profile: dict[str, Any]
+    #: Both loopback model servers and their hermetic homes (``tests-e2e/conftest.py``).
+    loopback: Any
+    #: The harness with both products' servers, scripted per product (``tests-e2e/conftest.py``).
+    session: Any
     #: In each product's failure body; never in anything the agent's model is sent.
     canary: str = CANARY
     codex_failure: str = CODEX_FAILURE
     claude_failure: str = CLAUDE_FAILURE
 
-    @staticmethod
-    def trees() -> list[int]:
+    def trees(self) -> list[int]:
         """A /proc walk: live processes of the trees this test process spawned."""
-        return marked_processes(owner_pid=os.getpid())
+        trees: list[int] = self.session.own_trees()
+        return trees
 
     def fail_both(self) -> None:
         """The next turn of each product fails with an error body that carries the canary."""
@@ -71,23 +66,13 @@ class Products:
 
     def hold_both_mid_turn(self) -> None:
         """The next turn of each stays busy: Codex runs ``sleep 30``, Claude's request stalls."""
-        command = {"cmd": "sleep 30", "login": False, "yield_time_ms": 20000}
-        self.codex.queue(Reply((FunctionCallItem("exec_command", command),)))
-        self.claude.queue_stall()
+        for product in self.loopback.products:
+            self.session.hold_mid_turn(product)
 
     def write_profile(self, path: Path) -> Path:
         """The profile as a TOML file (for a program that builds its own harness)."""
-        lines = []
-        for provider in self.profile["provider"]:
-            lines += ["[[provider]]", f"kind = {json.dumps(provider['kind'])}", "[provider.config]"]
-            for key, value in provider["config"].items():
-                if isinstance(value, dict):
-                    pairs = ", ".join(f"{k} = {json.dumps(v)}" for k, v in value.items())
-                    lines.append(f"{key} = {{ {pairs} }}")
-                else:
-                    lines.append(f"{key} = {json.dumps(value)}")
-        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        return path
+        written: Path = self.loopback.write(self.profile, path)
+        return written
 
     async def settled(self, owner: JobOwner, count: int) -> None:
         """Wait (bounded) until ``count`` of the owner's jobs are terminal, reading no output
@@ -100,35 +85,21 @@ class Products:
         """Wait until Codex's ``sleep 30`` runs and Claude Code's request is stalled."""
         assert await self.claude.wait_for_requests(1, timeout=60)
         async with asyncio.timeout(60):
-            while not await asyncio.to_thread(_has_sleep_descendant):  # noqa: ASYNC110 - bounded poll
+            while not await asyncio.to_thread(self.session.sleep_running):  # noqa: ASYNC110 - bounded poll
                 await asyncio.sleep(0.05)
 
 
-def _has_sleep_descendant() -> bool:
-    for pid in Products.trees():
-        try:
-            if psutil.Process(pid).cmdline()[:2] == ["sleep", "30"]:
-                return True
-        except psutil.Error:
-            continue
-    return False
-
-
 @pytest.fixture
-async def products(tmp_path: Path) -> AsyncIterator[Products]:
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
-        home = write_codex_home(tmp_path / "codex-home", codex.base_url, "mock-model")
-        common = {"stderr": "discard", "dispose_grace_ms": 2000}
-        profile: dict[str, Any] = {
-            "provider": [
-                {"kind": "codex", "config": {"env": codex_env(home), **common}},
-                {
-                    "kind": "claude-code",
-                    "config": {"env": claude_env(tmp_path / "claude", claude.base_url), **common},
-                },
-            ]
-        }
-        async with Harness.from_profile(profile) as harness:
-            yield Products(harness, codex, claude, workspace, profile)
+async def products(loopback: Any) -> AsyncIterator[Products]:
+    profile = loopback.profile()
+    caller = Caller("frameworks", str(loopback.workspace))
+    async with loopback.session(profile, caller) as session:
+        yield Products(
+            session.harness,
+            loopback.codex,
+            loopback.claude,
+            loopback.workspace,
+            profile,
+            loopback,
+            session,
+        )

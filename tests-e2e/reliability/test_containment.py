@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,14 +25,11 @@ from typing import Any
 import pytest
 
 from dsh.subagent_claude_code.testing import FakeMessagesServer
-from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex.testing import (
     FakeResponsesServer,
     FunctionCallItem,
     Reply,
     Stall,
-    hermetic_env,
-    write_codex_home,
 )
 from dsh.subprocess import (
     Collect,
@@ -396,40 +393,12 @@ class Setup:
     claude: FakeMessagesServer
 
 
-def _toml_table(name: str, values: dict[str, str]) -> str:
-    lines = [f"[{name}]"] + [f"{key} = {json.dumps(value)}" for key, value in values.items()]
-    return "\n".join(lines)
-
-
 @pytest.fixture
-async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
-        home = write_codex_home(tmp_path / "codex-home", codex.base_url, "signal-model")
-        codex_config = (
-            '[[provider]]\nkind = "codex"\n[provider.config]\nstderr = "discard"\n'
-            'permission_mode = "dangerously-bypass-approvals-and-sandbox"'
-        )
-        claude_config = (
-            '[[provider]]\nkind = "claude-code"\n[provider.config]\nstderr = "discard"\n'
-            'permission_mode = "bypassPermissions"'
-        )
-        claude_vars = {**claude_env(tmp_path / "claude", claude.base_url), "IS_SANDBOX": "1"}
-        profile = tmp_path / "profile.toml"
-        profile.write_text(
-            "\n\n".join(
-                [
-                    codex_config,
-                    _toml_table("provider.config.env", hermetic_env(home)),
-                    claude_config,
-                    _toml_table("provider.config.env", claude_vars),
-                ]
-            )
-            + "\n",
-            encoding="utf-8",
-        )
-        yield Setup(tmp_path, profile, workspace, codex, claude)
+def setup(loopback: Any) -> Setup:
+    profile = loopback.profile({"stderr": "discard"}, **loopback.unattended())
+    return Setup(
+        loopback.root, loopback.write(profile), loopback.workspace, loopback.codex, loopback.claude
+    )
 
 
 def _read(path: Path) -> bytes:

@@ -8,6 +8,7 @@ scripts with: ``queue(*replies, match=...)``, ``route=``, ``default=``, ``reques
 ``wait_for_requests``, ``release_stalls``; a third-party provider's fake server builds on it too.
 ``start_request`` builds the request a provider's ``start()`` receives; each product provider's
 ``testing`` module wraps it as ``make_start_request`` with its own descriptor name.
+``result_of`` starts one run, waits for its result and closes it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,14 @@ from dsh.subagent._model_script import (
     ModelRequest,
     ScriptedModelServer,
 )
-from dsh.subagent._types import Descriptor, Parent, ResolvedStartRequest, TextBlock
+from dsh.subagent._types import (
+    Descriptor,
+    Parent,
+    ResolvedStartRequest,
+    SubagentProvider,
+    SubagentResult,
+    TextBlock,
+)
 
 __all__ = [
     "MAX_RECORDED_REQUESTS",
@@ -32,6 +40,7 @@ __all__ = [
     "FakeRun",
     "ModelRequest",
     "ScriptedModelServer",
+    "result_of",
     "run_provider_conformance",
     "start_request",
 ]
@@ -46,3 +55,13 @@ def start_request(
         parent=Parent(session_id=session_id, cwd=None if cwd is None else str(cwd)),
         descriptor=Descriptor(provider=provider),
     )
+
+
+async def result_of(provider: SubagentProvider, request: ResolvedStartRequest) -> SubagentResult:
+    """Start one run of ``provider``, wait for its result, and close the run (also when the wait
+    is cancelled or times out)."""
+    run = await provider.start(request)
+    try:
+        return await run.result()
+    finally:
+        await run.aclose()
