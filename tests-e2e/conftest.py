@@ -11,11 +11,13 @@ Test modules never import this file; what they share comes through fixtures.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
+import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,7 @@ from dsh.subagent_codex.testing import (
 from dsh.subagent_codex.testing import hermetic_env as codex_env
 from dsh.subprocess import marked_processes
 from dsh.subprocess.pytest_plugin import dsh_session, leak_guard_fixture  # noqa: F401
+from dsh.subprocess.testing import run_to_exit
 from dsh.tool_subagent import Caller, Harness, ToolResult
 
 dsh_leak_guard = leak_guard_fixture(scope="module", settle_s=3.0)
@@ -43,6 +46,7 @@ CODEX, CLAUDE = "codex", "claude-code"
 #: The delegation tool each product's provider gets by default.
 TOOLS = {CODEX: "subagent_codex", CLAUDE: "subagent_claude_code"}
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+BENCHMARKS = Path(__file__).resolve().parent / "benchmarks"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -56,6 +60,24 @@ def private_state_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
         del os.environ["XDG_STATE_HOME"]
     else:
         os.environ["XDG_STATE_HOME"] = before
+
+
+async def _benchmark_report(
+    script: str, *args: str, out: Path, timeout_s: float | None = None
+) -> dict[str, Any]:
+    ran = await run_to_exit(
+        [sys.executable, str(BENCHMARKS / script), *args, "--json", str(out)], timeout_s=timeout_s
+    )
+    assert ran.exit_code == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    report: dict[str, Any] = json.loads(await asyncio.to_thread(out.read_text, encoding="utf-8"))
+    return report
+
+
+@pytest.fixture
+def benchmark_report() -> Callable[..., Awaitable[dict[str, Any]]]:
+    """``await benchmark_report(script, *args, out=path)``: run ``benchmarks/<script>`` as a
+    program with ``args`` and ``--json path``; it must exit 0; the report it wrote."""
+    return _benchmark_report
 
 
 def _toml_value(value: Any) -> str:

@@ -26,7 +26,7 @@ from dsh.subagent_codex.testing import (
     FunctionCallItem,
     Reply,
 )
-from dsh.subprocess import Collect, SpawnSpec, default_runtime
+from dsh.subprocess.testing import run_to_exit
 from dsh.tool_subagent import Caller, Harness, ToolResult
 from dsh.tool_subagent._demo.scenarios import owned_marked_processes
 
@@ -152,21 +152,9 @@ async def test_timeout_s_stops_a_run_that_keeps_talking(stack: Any) -> None:
 
 async def _dsh_run(stack: Any, *args: str) -> tuple[int | None, str, str, int]:
     argv = [sys.executable, "-m", "dsh.tool_subagent._cli", "run", "--profile", str(stack.profile)]
-    spec = SpawnSpec(
-        argv=[*argv, "--cwd", str(stack.workspace), *args],
-        cwd=str(stack.workspace),
-        env={},
-        stdout=Collect(1 << 16),
-        stderr=Collect(1 << 16),
-    )
-    proc = await default_runtime().spawn(spec)
-    try:
-        async with asyncio.timeout(90):
-            outcome = await proc.wait()
-    finally:
-        await proc.aclose()
-    out, err = proc.collected("stdout").text, proc.collected("stderr").text
-    return outcome.exit_code, out, err, proc.pid
+    argv += ["--cwd", str(stack.workspace), *args]
+    ran = await run_to_exit(argv, cwd=stack.workspace, timeout_s=90)
+    return ran.exit_code, ran.stdout, ran.stderr, ran.pid
 
 
 @pytest.mark.parametrize("product", [CODEX, CLAUDE])
