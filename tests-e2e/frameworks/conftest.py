@@ -9,14 +9,14 @@ leak guard of ``tests-e2e/conftest.py`` applies on top.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dsh.jobs import JobOwner
+from dsh.jobs import JobOwner, JobStatus
 from dsh.subagent_claude_code.testing import FakeMessagesServer
 from dsh.subagent_codex.testing import (
     FakeResponsesServer,
@@ -59,6 +59,19 @@ class Products:
         trees: list[int] = self.session.own_trees()
         return trees
 
+    def queue_answers(self) -> None:
+        """Each product answers a foreground (``FG``) and a background (``BG``) prompt."""
+        for when in ("foreground", "background"):
+            match = when[0].upper() + "G"
+            self.codex.queue_text(f"codex {when} answer", match=f"{match} codex")
+            self.claude.queue_text(f"claude {when} answer", match=f"{match} claude")
+
+    #: The tool calls that start a background job per product: (tool, call id, arguments).
+    background_calls = (
+        ("subagent_codex", "bg-codex", {"description": "bg codex", "prompt": "BG codex"}),
+        ("subagent_claude_code", "bg-claude", {"description": "bg claude", "prompt": "BG claude"}),
+    )
+
     def fail_both(self) -> None:
         """The next turn of each product fails with an error body that carries the canary."""
         self.codex.queue(HttpStatus(500, {"error": {"message": CANARY}}))
@@ -80,6 +93,51 @@ class Products:
         async with asyncio.timeout(90):
             while sum(s.terminal for s in self.harness.jobs.list(owner)) < count:  # noqa: ASYNC110 - bounded poll
                 await asyncio.sleep(0.05)
+
+    @staticmethod
+    def assert_listed(job_list: str, jobs: dict[str, str]) -> list[str]:
+        """``job_list``'s text once both background jobs (``jobs["bg-codex"]`` and
+        ``jobs["bg-claude"]``) completed: each listed, then each one's notice; the products."""
+        products = ["codex", "claude"]
+        listing, _, notices = job_list.partition("\n\n")
+        assert sorted(listing.splitlines()) == sorted(
+            f"{jobs[f'bg-{p}']} [subagent] completed — bg {p}" for p in products
+        )
+        assert sorted(notices.splitlines()) == sorted(
+            f"background job {jobs[f'bg-{p}']} (subagent: bg {p}) finished [status: completed]."
+            " Read its output with job_output."
+            for p in products
+        )
+        return products
+
+    async def cancel_mid_turn(
+        self,
+        run: asyncio.Future[Any],
+        cancel: Callable[[], object] | None = None,
+        raises: type[BaseException] = asyncio.CancelledError,
+    ) -> None:
+        """Once both products are mid-turn in ``run``, cancel it (``cancel()``, else
+        ``run.cancel()``): it raises ``raises``, and no tree is left the moment it returns (no
+        settling)."""
+        await self.both_mid_turn()
+        assert len(self.trees()) >= 3  # two product trees, Codex's with its `sleep 30`
+        (cancel or run.cancel)()
+        with pytest.raises(raises):
+            await run
+        assert self.trees() == []
+
+    def assert_running(self, owner: JobOwner, job_id: str) -> None:
+        """The owner's one job is ``job_id``, and it has not ended."""
+        (job,) = self.harness.jobs.list(owner)
+        assert job.id == job_id
+        assert not job.terminal
+
+    def assert_killed_with_its_owner(self, owner: JobOwner, job_id: str) -> None:
+        """Once the owner closed: no tree is left, and its one job, ``job_id``, was killed (the
+        record stays readable)."""
+        assert self.trees() == []
+        (job,) = self.harness.jobs.list(owner)
+        assert (job.id, job.status) == (job_id, JobStatus.KILLED)
 
     async def both_mid_turn(self) -> None:
         """Wait until Codex's ``sleep 30`` runs and Claude Code's request is stalled."""
