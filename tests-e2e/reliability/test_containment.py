@@ -324,14 +324,19 @@ CASES = [
 ]
 
 
+def _escape_case(tmp_path: Path) -> tuple[str, Path]:
+    """A fresh nonce, and the empty directory the escapee reports itself ready in."""
+    ready_dir = tmp_path / "ready"
+    ready_dir.mkdir()
+    return _nonce(), ready_dir
+
+
 @pytest.mark.real_product
 @pytest.mark.parametrize(("how", "cancel"), CASES)
 async def test_codex_tool_escapes_never_survive(
     kit: Any, codex: Any, tmp_path: Path, how: str, cancel: bool
 ) -> None:
-    nonce = _nonce()
-    ready_dir = tmp_path / "ready"
-    ready_dir.mkdir()
+    nonce, ready_dir = _escape_case(tmp_path)
     command = {
         "cmd": _escape_command(ready_dir, nonce, how, then_sleep=cancel, linger=" sleep 1"),
         "login": False,
@@ -352,9 +357,7 @@ async def test_codex_tool_escapes_never_survive(
 async def test_claude_code_tool_escapes_never_survive(
     kit: Any, claude: Any, tmp_path: Path, how: str, cancel: bool
 ) -> None:
-    nonce = _nonce()
-    ready_dir = tmp_path / "ready"
-    ready_dir.mkdir()
+    nonce, ready_dir = _escape_case(tmp_path)
     command = _escape_command(ready_dir, nonce, how, then_sleep=cancel, linger="")
     claude.server.queue_tool_call("Bash", {"command": command, "description": "start a server"})
     if cancel:

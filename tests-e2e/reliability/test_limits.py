@@ -13,7 +13,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -23,6 +23,7 @@ from dsh.subprocess import (
     KERNEL_LAYER_ENV,
     Collect,
     Limits,
+    ManagedProcess,
     SpawnError,
     SpawnSpec,
     default_runtime,
@@ -62,16 +63,20 @@ def read_int_pair(path: Path) -> tuple[int, int]:
     return int(first), int(second)
 
 
+async def _hog(
+    tmp_path: Path, how: str, limits: Limits, stderr: Collect | Literal["ignore"] = "ignore"
+) -> ManagedProcess:
+    """The hog program (``how``: what it takes and how much) spawned under ``limits``; it
+    writes its reports into ``tmp_path``."""
+    argv = [sys.executable, str(HOG), *how.split(), str(tmp_path)]
+    spec = SpawnSpec(argv, stdout="ignore", stderr=stderr, limits=limits)
+    return await default_runtime().spawn(spec)
+
+
 async def test_memory_limit_ends_the_tree_and_says_so(
     kit: Any, tmp_path: Path, kernel: None
 ) -> None:
-    spec = SpawnSpec(
-        [sys.executable, str(HOG), "memory", "512", str(tmp_path)],
-        stdout="ignore",
-        stderr=Collect(4096),
-        limits=Limits(memory=64 * MIB),
-    )
-    proc = await default_runtime().spawn(spec)
+    proc = await _hog(tmp_path, "memory 512", Limits(memory=64 * MIB), stderr=Collect(4096))
     async with proc:
         assert proc.kernel_contained
         assert await proc.wait_for_exit(30), "the tree must end at its limit"
@@ -85,13 +90,7 @@ async def test_memory_limit_ends_the_tree_and_says_so(
 async def test_fork_bomb_stops_at_the_task_limit_and_the_machine_stays_responsive(
     kit: Any, tmp_path: Path, kernel: None
 ) -> None:
-    spec = SpawnSpec(
-        [sys.executable, str(HOG), "forks", "400", str(tmp_path)],
-        stdout="ignore",
-        stderr="ignore",
-        limits=Limits(tasks=32),
-    )
-    proc = await default_runtime().spawn(spec)
+    proc = await _hog(tmp_path, "forks 400", Limits(tasks=32))
     async with proc:
         await kit.wait_until(lambda: (tmp_path / "forks").exists(), 10, "the bomb to start")
         # The machine answers while the bomb runs: a spawn outside the group completes at once.

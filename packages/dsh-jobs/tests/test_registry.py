@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -262,16 +263,24 @@ async def test_a_killed_work_keeps_its_own_detail_after_the_reason() -> None:
         assert snap.status_line == "[status: killed, dispose failed: the teardown line]"
 
 
-async def test_close_owner_after_a_kill_waits_for_the_close_and_never_cancels_it() -> None:
-    closed: list[float] = []
+def _closes_slowly(close_s: float, closed: list[float]) -> Callable[[], Awaitable[JobOutcome]]:
+    """Work that runs until cancelled, then spends ``close_s`` closing (as a run's close does),
+    and records in ``closed`` when its close ended."""
 
     async def work() -> JobOutcome:
         try:
             await asyncio.Event().wait()
         finally:
-            await asyncio.sleep(0.5)  # the run's close, started by the kill's cancel
+            await asyncio.sleep(close_s)
             closed.append(asyncio.get_running_loop().time())
         return answer("never")
+
+    return work
+
+
+async def test_close_owner_after_a_kill_waits_for_the_close_and_never_cancels_it() -> None:
+    closed: list[float] = []
+    work = _closes_slowly(0.5, closed)  # the run's close, started by the kill's cancel
 
     async with JobRegistry() as jobs:
         job_id = jobs.start("subagent", "x", A, work)
@@ -556,15 +565,8 @@ def test_jobs_config_rules() -> None:
 
 
 async def test_a_cancelled_close_owner_still_waits_for_its_jobs_to_settle() -> None:
-    closed: list[str] = []
-
-    async def work() -> JobOutcome:
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await asyncio.sleep(0.3)  # the run's close
-            closed.append("closed")
-        return answer("never")
+    closed: list[float] = []
+    work = _closes_slowly(0.3, closed)  # the run's close
 
     async with JobRegistry() as jobs:
         job_id = jobs.start("subagent", "x", A, work)
@@ -574,7 +576,7 @@ async def test_a_cancelled_close_owner_still_waits_for_its_jobs_to_settle() -> N
         closing.cancel()
         with pytest.raises(asyncio.CancelledError):
             await closing
-        assert closed == ["closed"], "close_owner ended while its job was still closing"
+        assert len(closed) == 1, "close_owner ended while its job was still closing"
         snapshot = jobs.get(job_id, A)
         assert snapshot.status is JobStatus.KILLED
         assert snapshot.reported is True  # a closed job yields no notice
