@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator
 
 import pytest
@@ -14,3 +15,17 @@ async def runtime() -> AsyncIterator[SubprocessRuntime]:
     yield rt
     await rt.aclose()
     assert rt.live == ()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "linux_only: skipped on any platform but Linux")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``linux_only`` tests are skipped where the platform is not Linux."""
+    if sys.platform.startswith("linux"):
+        return
+    skip = pytest.mark.skip(reason="Linux only")
+    for item in items:
+        if item.get_closest_marker("linux_only") is not None:
+            item.add_marker(skip)

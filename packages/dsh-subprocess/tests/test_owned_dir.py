@@ -16,10 +16,7 @@ from dsh.subprocess import _owned_dir as owned_dir_module
 from dsh.subprocess import _process as process_module
 from dsh.subprocess import _spawn as spawn_module
 
-pytestmark = [
-    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only"),
-    pytest.mark.timeout(60),
-]
+pytestmark = [pytest.mark.linux_only, pytest.mark.timeout(60)]
 
 # The program leaves an escapee in a session of its own, then exits at once. The escapee ignores
 # SIGTERM and writes into the owned dir after a moment (recreating it if it is gone), well inside

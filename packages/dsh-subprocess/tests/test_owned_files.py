@@ -11,10 +11,7 @@ from dsh.subprocess import Collect, SpawnError, SpawnSpec, SubprocessRuntime, ma
 from dsh.subprocess import _owned_dir as owned_dir_module
 from dsh.subprocess import _spawn as spawn_module
 
-pytestmark = [
-    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only"),
-    pytest.mark.timeout(60),
-]
+pytestmark = [pytest.mark.linux_only, pytest.mark.timeout(60)]
 
 # Prints what the program finds at start: the dir's mode, then each file's mode and content.
 INSPECT = (

@@ -23,10 +23,7 @@ from dsh.subprocess import (
 )
 from dsh.subprocess import _cgroup as cgroup_module
 
-pytestmark = [
-    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only"),
-    pytest.mark.timeout(60),
-]
+pytestmark = [pytest.mark.linux_only, pytest.mark.timeout(60)]
 
 # The program leaves a session-leaving escapee that ignores SIGTERM and outlives it by 0.3 s.
 ESCAPEE = (
