@@ -130,6 +130,22 @@ def codex_route(request: RecordedRequest) -> Reply | HttpStatus | Stall | None:
 
 
 @dataclass
+class Servers:
+    """Both loopback model servers (Codex's answering by task, ``codex_route``) and a profile
+    that points both products at them."""
+
+    codex: FakeResponsesServer
+    claude: FakeMessagesServer
+    profile: Path
+
+
+@pytest.fixture
+async def servers(tmp_path: Path) -> AsyncIterator[Servers]:
+    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
+        yield Servers(codex, claude, write_profile(tmp_path, codex.base_url, claude.base_url))
+
+
+@dataclass
 class Client:
     session: ClientSession
     stderr: Path
@@ -249,106 +265,105 @@ def test_each_delegation_tool_names_its_product_and_model() -> None:
 
 @pytest.mark.timeout(240)
 async def test_dsh_mcp_serves_both_real_products_over_stdio(
-    tmp_path: Path, workspace: Path
+    tmp_path: Path, workspace: Path, servers: Servers
 ) -> None:
-    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
-        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
-        expected_tools = Harness.from_profile(profile).tools  # building starts nothing
-        claude.queue_text("claude foreground answer", match="FG claude")
-        claude.queue_text("claude background answer", match="BG claude")
-        codex.usage = dict(SAMPLE_USAGE)
-        claude.usage = {"input_tokens": 11, "output_tokens": 7, "cache_read_input_tokens": 13}
+    codex, claude, profile = servers.codex, servers.claude, servers.profile
+    expected_tools = Harness.from_profile(profile).tools  # building starts nothing
+    claude.queue_text("claude foreground answer", match="FG claude")
+    claude.queue_text("claude background answer", match="BG claude")
+    codex.usage = dict(SAMPLE_USAGE)
+    claude.usage = {"input_tokens": 11, "output_tokens": 7, "cache_read_input_tokens": 13}
 
-        async with mcp_client(profile, workspace) as client:
-            listed = (await client.session.list_tools()).tools
-            assert [t.name for t in listed] == TOOL_NAMES
-            for mcp_tool, tool in zip(listed, expected_tools, strict=True):
-                assert (mcp_tool.name, mcp_tool.description) == (tool.name, tool.description)
-                assert mcp_tool.input_schema == tool.input_schema
+    async with mcp_client(profile, workspace) as client:
+        listed = (await client.session.list_tools()).tools
+        assert [t.name for t in listed] == TOOL_NAMES
+        for mcp_tool, tool in zip(listed, expected_tools, strict=True):
+            assert (mcp_tool.name, mcp_tool.description) == (tool.name, tool.description)
+            assert mcp_tool.input_schema == tool.input_schema
 
-            # Foreground: each real product answers through the MCP tool call.
-            codex_fg = await client.call(
-                "subagent_codex", {"description": "fg codex", "prompt": "FG codex task 1"}
-            )
-            assert codex_fg == ("codex says: FG codex task 1", False)
-            # The text above is unchanged; the host-only usage facts ride in ``_meta``.
-            assert client.last_meta is not None
-            codex_usage = client.last_meta["dsh/usage"]
-            assert {k: v for k, v in codex_usage.items() if k != "context_window"} == {
-                "input_tokens": 1000,
-                "cached_input_tokens": 200,
-                "output_tokens": 30,
-                "reasoning_output_tokens": 7,
-                "total_tokens": 1030,
-                "model_requests": 1,
-            }
-            assert_run_timings(client.last_meta["dsh/timings"])
-            claude_fg = await client.call(
-                "subagent_claude_code", {"description": "fg claude", "prompt": "FG claude task"}
-            )
-            assert claude_fg == ("claude foreground answer", False)
-            assert client.last_meta is not None
-            claude_usage = client.last_meta["dsh/usage"]
-            assert {k: claude_usage[k] for k in ("input_tokens", "output_tokens")} == {
-                "input_tokens": 11,
-                "output_tokens": 7,
-            }
-            assert claude_usage["cached_input_tokens"] == 13
-            assert claude_usage["cost_usd"] > 0
-            assert_run_timings(client.last_meta["dsh/timings"])
+        # Foreground: each real product answers through the MCP tool call.
+        codex_fg = await client.call(
+            "subagent_codex", {"description": "fg codex", "prompt": "FG codex task 1"}
+        )
+        assert codex_fg == ("codex says: FG codex task 1", False)
+        # The text above is unchanged; the host-only usage facts ride in ``_meta``.
+        assert client.last_meta is not None
+        codex_usage = client.last_meta["dsh/usage"]
+        assert {k: v for k, v in codex_usage.items() if k != "context_window"} == {
+            "input_tokens": 1000,
+            "cached_input_tokens": 200,
+            "output_tokens": 30,
+            "reasoning_output_tokens": 7,
+            "total_tokens": 1030,
+            "model_requests": 1,
+        }
+        assert_run_timings(client.last_meta["dsh/timings"])
+        claude_fg = await client.call(
+            "subagent_claude_code", {"description": "fg claude", "prompt": "FG claude task"}
+        )
+        assert claude_fg == ("claude foreground answer", False)
+        assert client.last_meta is not None
+        claude_usage = client.last_meta["dsh/usage"]
+        assert {k: claude_usage[k] for k in ("input_tokens", "output_tokens")} == {
+            "input_tokens": 11,
+            "output_tokens": 7,
+        }
+        assert claude_usage["cached_input_tokens"] == 13
+        assert claude_usage["cost_usd"] > 0
+        assert_run_timings(client.last_meta["dsh/timings"])
 
-            # Background on Claude Code, collected by job_output with wait.
-            started = await client.call(
-                "subagent_claude_code",
-                {"description": "bg claude", "prompt": "BG claude task", "run_in_background": True},
-            )
-            claude_job = started_id(started)
-            collected = await client.call(
-                "job_output", {"job_id": claude_job, "wait": True, "timeout_ms": 90000}
-            )
-            assert collected == ("claude background answer\n[status: completed]", False)
-            # A background job's host-only facts ride in job_output's ``_meta`` the same way.
-            assert client.last_meta is not None
-            assert client.last_meta["dsh/usage"] == claude_usage
-            assert_run_timings(client.last_meta["dsh/timings"])
+        # Background on Claude Code, collected by job_output with wait.
+        started = await client.call(
+            "subagent_claude_code",
+            {"description": "bg claude", "prompt": "BG claude task", "run_in_background": True},
+        )
+        claude_job = started_id(started)
+        collected = await client.call(
+            "job_output", {"job_id": claude_job, "wait": True, "timeout_ms": 90000}
+        )
+        assert collected == ("claude background answer\n[status: completed]", False)
+        # A background job's host-only facts ride in job_output's ``_meta`` the same way.
+        assert client.last_meta is not None
+        assert client.last_meta["dsh/usage"] == claude_usage
+        assert_run_timings(client.last_meta["dsh/timings"])
 
-            # Background on Codex: the completion notice arrives as an MCP log notification.
-            started = await client.call(
-                "subagent_codex",
-                {"description": "bg codex", "prompt": "BG codex task 2", "run_in_background": True},
-            )
-            codex_job = started_id(started)
-            assert codex_job != claude_job
-            log = await client.next_log()
-            assert (log.level, log.logger) == ("notice", "dsh.jobs")
-            assert log.data == (
-                f"background job {codex_job} (subagent: bg codex) finished [status: completed]."
-                " Read its output with job_output."
-            )
-            collected = await client.call("job_output", {"job_id": codex_job, "wait": True})
-            assert collected == ("codex says: BG codex task 2\n[status: completed]", False)
-            assert client.last_meta is not None
-            assert client.last_meta["dsh/usage"] == codex_usage
-            assert_run_timings(client.last_meta["dsh/timings"])
+        # Background on Codex: the completion notice arrives as an MCP log notification.
+        started = await client.call(
+            "subagent_codex",
+            {"description": "bg codex", "prompt": "BG codex task 2", "run_in_background": True},
+        )
+        codex_job = started_id(started)
+        assert codex_job != claude_job
+        log = await client.next_log()
+        assert (log.level, log.logger) == ("notice", "dsh.jobs")
+        assert log.data == (
+            f"background job {codex_job} (subagent: bg codex) finished [status: completed]."
+            " Read its output with job_output."
+        )
+        collected = await client.call("job_output", {"job_id": codex_job, "wait": True})
+        assert collected == ("codex says: BG codex task 2\n[status: completed]", False)
+        assert client.last_meta is not None
+        assert client.last_meta["dsh/usage"] == codex_usage
+        assert_run_timings(client.last_meta["dsh/timings"])
 
-            # A real model-side failure: isError with the safe diagnostic, no raw body.
-            failed = await client.call(
-                "subagent_codex", {"description": "fail codex", "prompt": "FAIL please"}
-            )
-            assert failed == (CODEX_FAILURE, True)
-            assert CANARY not in failed[0]
+        # A real model-side failure: isError with the safe diagnostic, no raw body.
+        failed = await client.call(
+            "subagent_codex", {"description": "fail codex", "prompt": "FAIL please"}
+        )
+        assert failed == (CODEX_FAILURE, True)
+        assert CANARY not in failed[0]
 
-            # Finished jobs are listed newest first: the Codex job finished after the Claude one.
-            listing = await client.call("job_list", {})
-            assert listing == (
-                f"{codex_job} [subagent] completed — bg codex\n"
-                f"{claude_job} [subagent] completed — bg claude",
-                False,
-            )
-            # Only the job that finished unreported sent a notice (the Claude job was waited on).
-            assert client.logs == []
+        # Finished jobs are listed newest first: the Codex job finished after the Claude one.
+        listing = await client.call("job_list", {})
+        assert listing == (
+            f"{codex_job} [subagent] completed — bg codex\n"
+            f"{claude_job} [subagent] completed — bg claude",
+            False,
+        )
+        # Only the job that finished unreported sent a notice (the Claude job was waited on).
+        assert client.logs == []
 
-        assert await settle_ours(tmp_path) == []
+    assert await settle_ours(tmp_path) == []
     tasks = [r.task for r in codex.requests]
     assert tasks == ["FG codex task 1", "BG codex task 2", "FAIL please"]
     assert sorted(r.task for r in claude.requests if r.task) == [
@@ -359,33 +374,32 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
 
 @pytest.mark.timeout(180)
 async def test_closing_the_client_cancels_running_jobs_and_leaves_no_process(
-    tmp_path: Path, workspace: Path
+    tmp_path: Path, workspace: Path, servers: Servers
 ) -> None:
-    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
-        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
-        claude.queue_stall(match="STALL claude")
-        async with mcp_client(profile, workspace) as client:
-            for tool, prompt in (
-                ("subagent_codex", "STALL codex"),
-                ("subagent_claude_code", "STALL claude"),
-            ):
-                text, is_error = await client.call(
-                    tool, {"description": "stall", "prompt": prompt, "run_in_background": True}
-                )
-                assert not is_error, text
-            await codex.wait_for_requests(1, timeout=90)
-            assert await claude.wait_for_requests(1, timeout=90)
-            live = await anyio.to_thread.run_sync(ours, tmp_path)
-            assert len(live) >= 2  # both products are mid-turn
-            running = await client.call("job_list", {})
-            assert running[0].count(" running — stall") == 2
-            began = time.monotonic()
-        closed_in = time.monotonic() - began
-        # The client closed stdin; the server cancelled the owner's jobs (trees exit) and
-        # exited by itself, inside the SDK client's 2 s grace before it would signal.
-        assert await settle_ours(tmp_path) == []
-        assert closed_in < 2.0, f"dsh mcp took {closed_in:.2f}s to exit after stdin EOF"
-        assert client.logs == []
+    codex, claude, profile = servers.codex, servers.claude, servers.profile
+    claude.queue_stall(match="STALL claude")
+    async with mcp_client(profile, workspace) as client:
+        for tool, prompt in (
+            ("subagent_codex", "STALL codex"),
+            ("subagent_claude_code", "STALL claude"),
+        ):
+            text, is_error = await client.call(
+                tool, {"description": "stall", "prompt": prompt, "run_in_background": True}
+            )
+            assert not is_error, text
+        await codex.wait_for_requests(1, timeout=90)
+        assert await claude.wait_for_requests(1, timeout=90)
+        live = await anyio.to_thread.run_sync(ours, tmp_path)
+        assert len(live) >= 2  # both products are mid-turn
+        running = await client.call("job_list", {})
+        assert running[0].count(" running — stall") == 2
+        began = time.monotonic()
+    closed_in = time.monotonic() - began
+    # The client closed stdin; the server cancelled the owner's jobs (trees exit) and
+    # exited by itself, inside the SDK client's 2 s grace before it would signal.
+    assert await settle_ours(tmp_path) == []
+    assert closed_in < 2.0, f"dsh mcp took {closed_in:.2f}s to exit after stdin EOF"
+    assert client.logs == []
 
 
 async def _send(process: ManagedProcess, message: dict[str, Any]) -> None:
@@ -407,58 +421,57 @@ async def _response(process: ManagedProcess, request_id: int) -> dict[str, Any]:
 
 @pytest.mark.timeout(180)
 async def test_sigterm_with_stdin_still_open_closes_the_trees_then_exits_0(
-    tmp_path: Path, workspace: Path
+    tmp_path: Path, workspace: Path, servers: Servers
 ) -> None:
-    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
-        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
-        runtime = SubprocessRuntime()
-        try:
-            process = await runtime.spawn(
-                SpawnSpec(
-                    argv=[str(DSH), "mcp", "--profile", str(profile)],
-                    cwd=workspace,
-                    stdin="pipe",
-                    stdout="pipe",
-                    stderr="ignore",
-                )
+    codex, profile = servers.codex, servers.profile
+    runtime = SubprocessRuntime()
+    try:
+        process = await runtime.spawn(
+            SpawnSpec(
+                argv=[str(DSH), "mcp", "--profile", str(profile)],
+                cwd=workspace,
+                stdin="pipe",
+                stdout="pipe",
+                stderr="ignore",
             )
-            await _send(
-                process,
-                {
-                    "jsonrpc": "2.0",
-                    "id": 1,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": "2025-11-25",
-                        "capabilities": {},
-                        "clientInfo": {"name": "raw-client", "version": "0"},
-                    },
+        )
+        await _send(
+            process,
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw-client", "version": "0"},
                 },
-            )
-            assert "result" in await _response(process, 1)
-            await _send(process, {"jsonrpc": "2.0", "method": "notifications/initialized"})
-            arguments = {"description": "stall", "prompt": "STALL codex", "run_in_background": True}
-            await _send(
-                process,
-                {
-                    "jsonrpc": "2.0",
-                    "id": 2,
-                    "method": "tools/call",
-                    "params": {"name": "subagent_codex", "arguments": arguments},
-                },
-            )
-            started = await _response(process, 2)
-            assert STARTED.fullmatch(started["result"]["content"][0]["text"]), started
-            await codex.wait_for_requests(1, timeout=90)
-            live = await anyio.to_thread.run_sync(ours, tmp_path)
-            assert len(live) >= 2  # the server and the Codex tree, mid-turn
-            os.kill(process.pid, signal.SIGTERM)  # stdin stays open: no EOF
-            with anyio.fail_after(10):
-                outcome = await process.wait()
-            assert outcome.exit_code == 0
-            assert await settle_ours(tmp_path) == []
-        finally:
-            await runtime.aclose()
+            },
+        )
+        assert "result" in await _response(process, 1)
+        await _send(process, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        arguments = {"description": "stall", "prompt": "STALL codex", "run_in_background": True}
+        await _send(
+            process,
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "subagent_codex", "arguments": arguments},
+            },
+        )
+        started = await _response(process, 2)
+        assert STARTED.fullmatch(started["result"]["content"][0]["text"]), started
+        await codex.wait_for_requests(1, timeout=90)
+        live = await anyio.to_thread.run_sync(ours, tmp_path)
+        assert len(live) >= 2  # the server and the Codex tree, mid-turn
+        os.kill(process.pid, signal.SIGTERM)  # stdin stays open: no EOF
+        with anyio.fail_after(10):
+            outcome = await process.wait()
+        assert outcome.exit_code == 0
+        assert await settle_ours(tmp_path) == []
+    finally:
+        await runtime.aclose()
 
 
 # ---- Claude Code's shutdown sequence: SIGINT, then SIGTERM 100 ms later -----------------------
@@ -546,19 +559,18 @@ async def test_a_stop_right_after_the_handshake_is_a_clean_exit_every_time(
 
 @pytest.mark.timeout(180)
 async def test_claude_codes_shutdown_with_a_run_in_flight_exits_the_tree_before_the_server(
-    tmp_path: Path, workspace: Path
+    tmp_path: Path, workspace: Path, servers: Servers
 ) -> None:
-    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
-        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
-        runtime = SubprocessRuntime()
-        try:
-            process = await _stalled_foreground_codex_call(runtime, profile, codex, tmp_path)
-            outcome = await _claude_code_shutdown(process)
-            # A /proc walk the moment the server is reaped, with no settling: the Codex tree
-            # exited before the server did.
-            left = await anyio.to_thread.run_sync(ours, tmp_path)
-        finally:
-            await runtime.aclose()
+    codex, profile = servers.codex, servers.profile
+    runtime = SubprocessRuntime()
+    try:
+        process = await _stalled_foreground_codex_call(runtime, profile, codex, tmp_path)
+        outcome = await _claude_code_shutdown(process)
+        # A /proc walk the moment the server is reaped, with no settling: the Codex tree
+        # exited before the server did.
+        left = await anyio.to_thread.run_sync(ours, tmp_path)
+    finally:
+        await runtime.aclose()
     assert (outcome.exit_code, outcome.signal) == (130, None)
     assert left == []
 
@@ -639,22 +651,33 @@ def _texts(content: Any) -> str:
     return "\n".join(str(part.get("text", "")) for part in content or [] if isinstance(part, dict))
 
 
+def _function_outputs(request: RecordedRequest) -> list[str] | None:
+    """The tool results a host's request carries, oldest first (``None``: not a turn)."""
+    body = request.body
+    if not isinstance(body, dict) or "input" not in body:
+        return None
+    return [
+        _texts(item.get("output"))
+        for item in body["input"]
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    ]
+
+
+def _host_call(name: str, arguments: dict[str, Any], index: int) -> Reply:
+    """The host model's next call of one of dsh's tools (through the MCP namespace)."""
+    return Reply((FunctionCallItem(name, arguments, f"call-{index}", namespace=NAMESPACE),))
+
+
 def codex_host_route(script: HostScript) -> Callable[[RecordedRequest], Reply | None]:
     def route(request: RecordedRequest) -> Reply | None:
-        body = request.body
-        if not isinstance(body, dict) or "input" not in body:
+        results = _function_outputs(request)
+        if results is None:
             return None
-        results = [
-            _texts(item.get("output"))
-            for item in body["input"]
-            if isinstance(item, dict) and item.get("type") == "function_call_output"
-        ]
         call = script.next_call(results)
         if call is None:
             return Reply((MessageItem("host done"),))
         name, arguments = call
-        item = FunctionCallItem(name, arguments, f"call-{len(results)}", namespace=NAMESPACE)
-        return Reply((item,))
+        return _host_call(name, arguments, len(results))
 
     return route
 
@@ -886,42 +909,39 @@ async def test_requests_pending_at_stdin_eof_are_answered_and_a_jobs_only_profil
 
 @pytest.mark.timeout(180)
 async def test_notifications_cancelled_ends_a_real_foreground_run_and_its_tree(
-    tmp_path: Path, workspace: Path
+    tmp_path: Path, workspace: Path, servers: Servers
 ) -> None:
-    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
-        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
-        runtime = SubprocessRuntime()
-        try:
-            process = await _stalled_foreground_codex_call(runtime, profile, codex, tmp_path)
-            cancel = {"requestId": 2, "reason": "the user interrupted"}
-            await _send(
-                process, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
-            )
-            deadline = time.monotonic() + 30
+    codex, profile = servers.codex, servers.profile
+    runtime = SubprocessRuntime()
+    try:
+        process = await _stalled_foreground_codex_call(runtime, profile, codex, tmp_path)
+        cancel = {"requestId": 2, "reason": "the user interrupted"}
+        await _send(
+            process, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
+        )
+        deadline = time.monotonic() + 30
+        live = await anyio.to_thread.run_sync(ours, tmp_path)
+        while live != [process.pid] and time.monotonic() < deadline:
+            await anyio.sleep(0.1)
             live = await anyio.to_thread.run_sync(ours, tmp_path)
-            while live != [process.pid] and time.monotonic() < deadline:
-                await anyio.sleep(0.1)
-                live = await anyio.to_thread.run_sync(ours, tmp_path)
-            assert live == [process.pid]  # the Codex tree exited; the server serves on
-            listing = {"name": "job_list", "arguments": {}}
-            await _send(
-                process, {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": listing}
-            )
-            answer = await _response(process, 3)
-            assert answer["result"]["content"][0]["text"] == "(no background jobs)"
-            assert process.stdin is not None
-            process.stdin.close()
-            with anyio.fail_after(10):
-                outcome = await process.wait()
-        finally:
-            await runtime.aclose()
+        assert live == [process.pid]  # the Codex tree exited; the server serves on
+        listing = {"name": "job_list", "arguments": {}}
+        await _send(process, {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": listing})
+        answer = await _response(process, 3)
+        assert answer["result"]["content"][0]["text"] == "(no background jobs)"
+        assert process.stdin is not None
+        process.stdin.close()
+        with anyio.fail_after(10):
+            outcome = await process.wait()
+    finally:
+        await runtime.aclose()
     assert outcome.exit_code == 0
     assert await settle_ours(tmp_path) == []
 
 
 @pytest.mark.timeout(180)
 async def test_codex_runs_the_read_only_job_tools_without_an_approval_setting(
-    tmp_path: Path, workspace: Path
+    tmp_path: Path, workspace: Path, servers: Servers
 ) -> None:
     """The recipe without ``default_tools_approval_mode``: Codex's ``approval_policy = "never"``
     refuses unannotated MCP tools, and runs the ones marked ``readOnlyHint``."""
@@ -933,37 +953,29 @@ async def test_codex_runs_the_read_only_job_tools_without_an_approval_setting(
     seen: list[list[str]] = []
 
     def route(request: RecordedRequest) -> Reply | None:
-        body = request.body
-        if not isinstance(body, dict) or "input" not in body:
+        results = _function_outputs(request)
+        if results is None:
             return None
-        results = [
-            _texts(item.get("output"))
-            for item in body["input"]
-            if isinstance(item, dict) and item.get("type") == "function_call_output"
-        ]
         seen.append(results)
         if len(results) == len(calls):
             return Reply((MessageItem("host done"),))
         name, arguments = calls[len(results)]
-        item = FunctionCallItem(name, arguments, f"call-{len(results)}", namespace=NAMESPACE)
-        return Reply((item,))
+        return _host_call(name, arguments, len(results))
 
-    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
-        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
-        paths = {"/path/to/profile.toml": str(profile), "/path/to/project": str(workspace)}
-        config = "".join(
-            line + "\n"
-            for line in recipe("codex-config", paths).splitlines()
-            if not line.startswith("default_tools_approval_mode")
+    paths = {"/path/to/profile.toml": str(servers.profile), "/path/to/project": str(workspace)}
+    config = "".join(
+        line + "\n"
+        for line in recipe("codex-config", paths).splitlines()
+        if not line.startswith("default_tools_approval_mode")
+    )
+    with threaded_responses_server(route) as host_url:
+        home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
+        with (home / "config.toml").open("a", encoding="utf-8") as file:
+            file.write("\n" + config)
+        env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
+        out, err = await _run_hosts(
+            recipe_commands("codex-exec", paths), workspace, {**env, "RUST_LOG": "error"}
         )
-        with threaded_responses_server(route) as host_url:
-            home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
-            with (home / "config.toml").open("a", encoding="utf-8") as file:
-                file.write("\n" + config)
-            env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
-            out, err = await _run_hosts(
-                recipe_commands("codex-exec", paths), workspace, {**env, "RUST_LOG": "error"}
-            )
     assert out.strip() == "host done", err[-3000:]
     listing, output, kill = max(seen, key=len)
     assert "(no background jobs)" in listing

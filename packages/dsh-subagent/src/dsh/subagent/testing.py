@@ -8,7 +8,10 @@ scripts with: ``queue(*replies, match=...)``, ``route=``, ``default=``, ``reques
 ``wait_for_requests``, ``release_stalls``; a third-party provider's fake server builds on it too.
 ``start_request`` builds the request a provider's ``start()`` receives; each product provider's
 ``testing`` module wraps it as ``make_start_request`` with its own descriptor name.
-``result_of`` starts one run, waits for its result and closes it.
+``result_of`` starts one run, waits for its result and closes it. ``INVALID_BASE_FIELDS`` lists
+values every provider config must reject in the fields ``ProviderConfigBase`` gives it.
+``decoy_program`` plants a product command that only leaves evidence that it ran, for a test that
+a provider never runs a host's own copy of its product.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from dsh.subagent._types import (
 )
 
 __all__ = [
+    "INVALID_BASE_FIELDS",
     "MAX_RECORDED_REQUESTS",
     "NO_REPLY_MESSAGE",
     "ConformanceReport",
@@ -40,10 +44,35 @@ __all__ = [
     "FakeRun",
     "ModelRequest",
     "ScriptedModelServer",
+    "decoy_program",
     "result_of",
     "run_provider_conformance",
     "start_request",
 ]
+
+#: Values of the fields ``ProviderConfigBase`` gives every provider config that the config must
+#: reject, each with the field its error names; a provider's tests add its own fields' cases.
+INVALID_BASE_FIELDS: tuple[tuple[dict[str, object], str], ...] = (
+    ({"provider_name": ""}, "provider_name"),
+    ({"provider_name": "  "}, "provider_name"),
+    ({"model": ""}, "model"),
+    ({"dispose_grace_ms": 0}, "dispose_grace_ms"),
+    ({"dispose_grace_ms": 2147483648}, "dispose_grace_ms"),
+    ({"nice": -1}, "nice"),
+    ({"nice": 20}, "nice"),
+)
+
+
+def decoy_program(directory: Path, name: str) -> tuple[Path, Path]:
+    """An executable ``directory/bin/<name>`` that only creates ``directory/<name>-ran``: the
+    ``bin`` directory (to put first on ``PATH``) and that evidence file, which must stay absent."""
+    bindir = directory / "bin"
+    bindir.mkdir()
+    evidence = directory / f"{name}-ran"
+    program = bindir / name
+    program.write_text(f"#!/bin/sh\ntouch '{evidence}'\n")
+    program.chmod(0o755)
+    return bindir, evidence
 
 
 def start_request(

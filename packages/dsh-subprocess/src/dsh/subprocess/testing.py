@@ -5,7 +5,8 @@
 state, parent, the start of its command line, its tree marker), so a rare leak in CI can be
 traced from the failure message alone. Test-only: the lines may hold paths and arguments.
 ``run_to_exit`` runs one program to the exit of its whole tree and returns what it printed
-(``Finished``), for a test that drives a command.
+(``Finished``), for a test that drives a command. ``processes_naming`` finds live processes by
+what they name (Linux), without reading any of dsh's own markers or records.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ __all__ = [
     "SessionProcesses",
     "check_no_leaks",
     "describe_processes",
+    "processes_naming",
     "run_to_exit",
     "spawner_processes",
 ]
@@ -108,6 +110,27 @@ def describe_processes(pids: list[int]) -> list[str]:
         except (psutil.Error, OSError):
             lines.append(f"{pid} (gone)")
     return lines
+
+
+def processes_naming(needle: str) -> list[int]:
+    """Live, non-zombie pids (this process left out) whose command line, environment or working
+    directory holds ``needle``: a walk of ``/proc`` that reads no dsh marker or record."""
+    found = []
+    for pid_dir in Path("/proc").iterdir():
+        if not pid_dir.name.isdigit() or int(pid_dir.name) == os.getpid():
+            continue
+        try:
+            state = (pid_dir / "stat").read_text().rpartition(")")[2].split()[0]
+            texts = [
+                (pid_dir / "cmdline").read_bytes().decode(errors="replace"),
+                (pid_dir / "environ").read_bytes().decode(errors="replace"),
+                str((pid_dir / "cwd").readlink()),
+            ]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and any(needle in text for text in texts):
+            found.append(int(pid_dir.name))
+    return found
 
 
 def _from_thread(pid: int, tid: int) -> tuple[str, str]:
