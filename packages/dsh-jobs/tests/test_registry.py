@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -263,9 +264,13 @@ async def test_a_killed_work_keeps_its_own_detail_after_the_reason() -> None:
         assert snap.status_line == "[status: killed, dispose failed: the teardown line]"
 
 
-def _closes_slowly(close_s: float, closed: list[float]) -> Callable[[], Awaitable[JobOutcome]]:
-    """Work that runs until cancelled, then spends ``close_s`` closing (as a run's close does),
-    and records in ``closed`` when its close ended."""
+@asynccontextmanager
+async def _a_job_closing_slowly(
+    close_s: float,
+) -> AsyncIterator[tuple[JobRegistry, str, list[float]]]:
+    """A registry with one running job of owner ``A`` that, once cancelled, spends ``close_s``
+    closing (as a run's close does): the registry, the job's id, and when its close ended."""
+    closed: list[float] = []
 
     async def work() -> JobOutcome:
         try:
@@ -275,16 +280,15 @@ def _closes_slowly(close_s: float, closed: list[float]) -> Callable[[], Awaitabl
             closed.append(asyncio.get_running_loop().time())
         return answer("never")
 
-    return work
-
-
-async def test_close_owner_after_a_kill_waits_for_the_close_and_never_cancels_it() -> None:
-    closed: list[float] = []
-    work = _closes_slowly(0.5, closed)  # the run's close, started by the kill's cancel
-
     async with JobRegistry() as jobs:
         job_id = jobs.start("subagent", "x", A, work)
         await asyncio.sleep(0)
+        yield jobs, job_id, closed
+
+
+async def test_close_owner_after_a_kill_waits_for_the_close_and_never_cancels_it() -> None:
+    # The run's close, started by the kill's cancel, takes 0.5 s.
+    async with _a_job_closing_slowly(0.5) as (jobs, job_id, closed):
         jobs.kill(job_id, A)
         await asyncio.sleep(0.05)
         await jobs.close_owner(A)
@@ -565,12 +569,7 @@ def test_jobs_config_rules() -> None:
 
 
 async def test_a_cancelled_close_owner_still_waits_for_its_jobs_to_settle() -> None:
-    closed: list[float] = []
-    work = _closes_slowly(0.3, closed)  # the run's close
-
-    async with JobRegistry() as jobs:
-        job_id = jobs.start("subagent", "x", A, work)
-        await asyncio.sleep(0)
+    async with _a_job_closing_slowly(0.3) as (jobs, job_id, closed):
         closing = asyncio.create_task(jobs.close_owner(A))
         await asyncio.sleep(0.05)
         closing.cancel()

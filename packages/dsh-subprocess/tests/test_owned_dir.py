@@ -18,19 +18,8 @@ from dsh.subprocess import _spawn as spawn_module
 
 pytestmark = [pytest.mark.linux_only, pytest.mark.timeout(60)]
 
-# The program leaves an escapee in a session of its own, then exits at once. The escapee ignores
-# SIGTERM and writes into the owned dir after a moment (recreating it if it is gone), well inside
-# the grace, so a removal that did not wait for the whole tree leaves the dir behind.
-LATE_WRITER = (
-    "import os, signal, sys, time\n"
-    "if os.fork() == 0:\n"
-    "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-    "    os.setsid()\n"
-    "    time.sleep(0.3)\n"
-    "    os.makedirs(os.path.join(sys.argv[1], 'late'), exist_ok=True)\n"
-    "    os._exit(0)\n"
-    "print('forked', flush=True)\n"
-)
+# Leaves an escapee that writes into the owned dir after a moment, well inside the grace.
+LATE_WRITER = Path(__file__).parent / "programs" / "escapee.py"
 
 
 def present(path: Path) -> bool:
@@ -66,7 +55,7 @@ async def _spawn_late_writer(
 ) -> process_module.ManagedProcess:
     proc = await runtime.spawn(
         SpawnSpec(
-            [sys.executable, "-c", LATE_WRITER, str(owned)], owned_dir=str(owned), grace_ms=5000
+            [sys.executable, str(LATE_WRITER), str(owned)], owned_dir=str(owned), grace_ms=5000
         )
     )
     assert proc.stdout is not None

@@ -25,6 +25,14 @@ INSPECT = (
 FILES = {"env.sh": b"unset SECRET\n", "note": b"hello"}
 
 
+@pytest.fixture(params=[True, False], ids=["supervised", "plain"])
+def supervised(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Each test runs with a supervisor and without (the fallback spawn)."""
+    on: bool = request.param
+    monkeypatch.setattr(spawn_module, "_SUPERVISED", on)
+    return on
+
+
 @pytest.fixture
 def host_makes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The owned dirs the host's own process made (each still really made)."""
@@ -40,15 +48,12 @@ def host_makes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
-@pytest.mark.parametrize("supervised", [True, False])
 async def test_the_program_starts_with_the_dir_and_its_files(
     runtime: SubprocessRuntime,
     tmp_path: Path,
     supervised: bool,
     host_makes: list[str],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(spawn_module, "_SUPERVISED", supervised)
     owned = tmp_path / "owned"
     spec = SpawnSpec(
         [sys.executable, "-c", INSPECT, str(owned)],
@@ -71,16 +76,13 @@ async def test_the_program_starts_with_the_dir_and_its_files(
     assert marked_processes(proc.tree_id) == []
 
 
-@pytest.mark.parametrize("supervised", [True, False])
 @pytest.mark.parametrize("planted", ["symlink", "directory"])
 async def test_something_already_at_the_path_fails_the_spawn_untouched(
     runtime: SubprocessRuntime,
     tmp_path: Path,
     supervised: bool,
     planted: str,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(spawn_module, "_SUPERVISED", supervised)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "keep").write_text("mine")
@@ -97,14 +99,11 @@ async def test_something_already_at_the_path_fails_the_spawn_untouched(
     assert (elsewhere / "keep").read_text() == "mine"
 
 
-@pytest.mark.parametrize("supervised", [True, False])
 async def test_a_failed_exec_removes_the_dir_it_made(
     runtime: SubprocessRuntime,
     tmp_path: Path,
     supervised: bool,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(spawn_module, "_SUPERVISED", supervised)
     owned = tmp_path / "owned"
     spec = SpawnSpec(["/nonexistent/program"], owned_dir=owned, owned_files=FILES)
     with pytest.raises(SpawnError, match="executable not found"):
