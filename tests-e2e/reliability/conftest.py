@@ -311,3 +311,10 @@ async def claude(tmp_path: Path) -> AsyncIterator[ClaudeSetup]:
             yield ClaudeSetup(server, tmp_path / "claude-root", workspace)
         finally:
             server.release_stalls()
+
+
+@pytest.fixture(params=[True, False], ids=["supervised", "plain"])
+def supervised(request: pytest.FixtureRequest) -> bool:
+    """Each test that takes it runs twice: its host spawns under a supervisor, then plainly."""
+    on: bool = request.param
+    return on

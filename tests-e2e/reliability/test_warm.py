@@ -318,10 +318,6 @@ async def test_claude_codes_warm_initialize_is_the_sdks_own(
 # ---- a SIGKILLed host ----------------------------------------------------------------------
 
 
-MODES = [pytest.param(True, id="supervised"), pytest.param(False, id="plain")]
-
-
-@pytest.mark.parametrize("supervised", MODES)
 async def test_warm_processes_of_a_killed_host_are_gone(
     kit: Any, product: Product, tmp_path: Path, supervised: bool
 ) -> None:

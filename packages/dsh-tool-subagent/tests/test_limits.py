@@ -15,7 +15,7 @@ import pytest
 
 from dsh.jobs import JobRegistry
 from dsh.subagent import ResolvedStartRequest, SubagentService
-from dsh.subagent.testing import FakeProvider, FakeRun
+from dsh.subagent.testing import BareRun, FakeProvider, FakeRun
 from dsh.tool_subagent import Caller, Harness, SubagentTool, SubagentToolConfig, ToolResult
 from dsh.tool_subagent._cli import main
 from dsh.tool_subagent._limits import DEFAULT_STALL_TIMEOUT_S, limit_text
@@ -52,28 +52,7 @@ class Stampless(FakeProvider):
 
     async def start(self, request: ResolvedStartRequest) -> Any:
         run = await super().start(request)
-        return _Forward(run)
-
-
-class _Forward:
-    def __init__(self, run: FakeRun) -> None:
-        self._run = run
-        self.id = run.id
-
-    async def result(self) -> Any:
-        return await self._run.result()
-
-    def cancel(self, reason: str | None = None) -> None:
-        self._run.cancel(reason)
-
-    async def aclose(self) -> None:
-        await self._run.aclose()
-
-    async def __aenter__(self) -> _Forward:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+        return BareRun(run)
 
 
 def mount(provider: FakeProvider, **limits: Any) -> SubagentTool:

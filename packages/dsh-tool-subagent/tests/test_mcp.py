@@ -426,14 +426,14 @@ async def test_tools_carry_behaviour_annotations() -> None:
         assert hints is not None
         assert hints.read_only_hint is True, name  # Codex runs these without approval
 
-    def hints(name: str) -> tuple[bool | None, bool | None, bool | None]:
+    def flags(name: str) -> tuple[bool | None, bool | None, bool | None]:
         """The tool's read-only, destructive and idempotent hints."""
         found = listed[name]
         assert found is not None
         return (found.read_only_hint, found.destructive_hint, found.idempotent_hint)
 
-    assert hints("job_kill") == (False, True, True)
-    assert hints("subagent_fake") == (False, True, False)
+    assert flags("job_kill") == (False, True, True)
+    assert flags("subagent_fake") == (False, True, False)
     delegate = listed["subagent_fake"]
     assert delegate is not None
     assert delegate.open_world_hint is True

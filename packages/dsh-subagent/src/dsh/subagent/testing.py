@@ -11,12 +11,15 @@ scripts with: ``queue(*replies, match=...)``, ``route=``, ``default=``, ``reques
 ``result_of`` starts one run, waits for its result and closes it. ``INVALID_BASE_FIELDS`` lists
 values every provider config must reject in the fields ``ProviderConfigBase`` gives it.
 ``decoy_program`` plants a product command that only leaves evidence that it ran, for a test that
-a provider never runs a host's own copy of its product.
+a provider never runs a host's own copy of its product. ``BareRun`` wraps a run and forwards only
+the ``SubagentRun`` protocol, as a run of a provider written before the optional activity stamp.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 from dsh.subagent._conformance import ConformanceReport, run_provider_conformance
 from dsh.subagent._fake import FakeProvider, FakeRun
@@ -32,6 +35,7 @@ from dsh.subagent._types import (
     ResolvedStartRequest,
     SubagentProvider,
     SubagentResult,
+    SubagentRun,
     TextBlock,
 )
 
@@ -39,6 +43,7 @@ __all__ = [
     "INVALID_BASE_FIELDS",
     "MAX_RECORDED_REQUESTS",
     "NO_REPLY_MESSAGE",
+    "BareRun",
     "ConformanceReport",
     "FakeProvider",
     "FakeRun",
@@ -61,6 +66,36 @@ INVALID_BASE_FIELDS: tuple[tuple[dict[str, object], str], ...] = (
     ({"nice": -1}, "nice"),
     ({"nice": 20}, "nice"),
 )
+
+
+class BareRun:
+    """Forwards the ``SubagentRun`` protocol of the run it wraps (``id``, ``result()``,
+    ``cancel()``, ``aclose()``, ``async with``) and nothing else: no ``last_activity``, no
+    ``first_activity``, no ``usage``, as a run of a provider written before them."""
+
+    def __init__(self, run: SubagentRun) -> None:
+        self._run = run
+        self.id = run.id
+
+    async def result(self) -> SubagentResult:
+        return await self._run.result()
+
+    def cancel(self, reason: str | None = None) -> None:
+        self._run.cancel(reason)
+
+    async def aclose(self) -> None:
+        await self._run.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
 
 def decoy_program(directory: Path, name: str) -> tuple[Path, Path]:
