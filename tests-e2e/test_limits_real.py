@@ -135,7 +135,7 @@ async def test_a_model_streaming_a_word_a_second_completes_under_the_stall_limit
 async def test_timeout_s_stops_a_run_that_keeps_talking(stack: Any) -> None:
     # The wall clock bounds a live run the stall limit lets through.
     tool = stack.harness.tool(TOOLS[CODEX])
-    tool.config = tool.config.model_copy(update={"timeout_s": 3.0})  # type: ignore[attr-defined]
+    tool.config = tool.config.model_copy(update={"timeout_s": 3.0})
     _trickle(stack, CODEX)
     began = time.monotonic()
     result = await stack.call(TOOLS[CODEX], description="slow task", prompt="TRICKLE long")

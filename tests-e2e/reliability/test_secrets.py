@@ -136,7 +136,7 @@ async def _failed_run(
         env={PLAIN_NAME: marks["plain"], **env},
     )
     async with await provider.start(product.request(f"task {marks['tool']}")) as run:
-        result = await run.result()
+        result: SubagentResult = await run.result()
     assert result.stop_reason is StopReason.ERROR
     return result
 

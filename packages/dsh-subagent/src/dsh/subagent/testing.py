@@ -65,6 +65,9 @@ INVALID_BASE_FIELDS: tuple[tuple[dict[str, object], str], ...] = (
     ({"dispose_grace_ms": 2147483648}, "dispose_grace_ms"),
     ({"nice": -1}, "nice"),
     ({"nice": 20}, "nice"),
+    ({"env_policy": "all"}, "env_policy"),
+    ({"credential_env": ["A=B"]}, "credential_env"),
+    ({"tool_env": [""]}, "tool_env"),
 )
 
 
