@@ -25,7 +25,7 @@ from dsh.subagent_codex.testing import hermetic_env as codex_env
 from dsh.subagent_codex.testing import write_codex_home
 from dsh.tool_subagent import Caller, Harness
 
-pytestmark = pytest.mark.real_product
+pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
 
 HEADER_CANARY = "trace-header-canary-3f0"
 COMMAND = "printenv OTEL_EXPORTER_OTLP_HEADERS || echo no-headers"
@@ -38,8 +38,10 @@ def exported() -> Iterator[tuple[InMemorySpanExporter, OtlpReceiver]]:
         yield host, sink
 
 
-async def delegate(kind: str, config: dict[str, Any], caller: Caller) -> None:
-    """One run of ``kind`` whose tool commands may see ``OTEL_EXPORTER_OTLP_HEADERS``."""
+async def delegate(kind: str, config: dict[str, Any], cwd: Path) -> None:
+    """One run of ``kind`` (from a parent at ``cwd``) whose tool commands may see
+    ``OTEL_EXPORTER_OTLP_HEADERS``."""
+    caller = Caller(session_id=f"trace-{kind}", cwd=str(cwd))
     profile = {"kind": kind, "config": config | {"tool_env": ["OTEL_EXPORTER_OTLP_HEADERS"]}}
     async with Harness.from_profile({"provider": [profile]}) as built:
         (tool,) = built.delegation_tools
@@ -58,12 +60,10 @@ def start_ids(exporter: InMemorySpanExporter) -> tuple[str, str, int]:
     return f"{context.trace_id:032x}", f"{context.span_id:016x}", int(context.trace_flags)
 
 
-@pytest.mark.timeout(120)
 async def test_codex_spans_continue_the_start_span_and_its_tools_see_passed_headers(
     tmp_path: Path, exported: tuple[InMemorySpanExporter, OtlpReceiver], loopback: Any
 ) -> None:
     spans, sink = exported
-    caller = Caller(session_id="trace-codex", cwd=str(tmp_path))
     codex = loopback.codex
     codex.queue_tool_call("exec_command", {"cmd": COMMAND, "login": False})
     codex.queue_text("codex done")
@@ -76,7 +76,7 @@ async def test_codex_spans_continue_the_start_span_and_its_tools_see_passed_head
         )
     env = codex_env(home) | {"OTEL_EXPORTER_OTLP_HEADERS": f"x-canary={HEADER_CANARY}"}
     mode = "dangerously-bypass-approvals-and-sandbox"
-    await delegate("codex", {"permission_mode": mode, "env": env}, caller)
+    await delegate("codex", {"permission_mode": mode, "env": env}, tmp_path)
     requests = list(codex.requests)
     trace_id, start_id, flags = start_ids(spans)
     # The SDK gives dsh's root span the flags 03, which Codex 0.163.0 rejects as invalid; dsh
@@ -95,12 +95,10 @@ async def test_codex_spans_continue_the_start_span_and_its_tools_see_passed_head
     assert f"x-canary={HEADER_CANARY}" in output
 
 
-@pytest.mark.timeout(120)
 async def test_claude_code_spans_continue_the_start_span_and_its_tools_lose_headers(
     tmp_path: Path, exported: tuple[InMemorySpanExporter, OtlpReceiver], loopback: Any
 ) -> None:
     spans, sink = exported
-    caller = Caller(session_id="trace-claude", cwd=str(tmp_path))
     claude = loopback.claude
     claude.queue_tool_call("Bash", {"command": COMMAND, "description": "print it"})
     claude.queue_text("claude done")
@@ -116,7 +114,7 @@ async def test_claude_code_spans_continue_the_start_span_and_its_tools_lose_head
     }
     unattended = loopback.unattended()["claude"]
     config = unattended | {"env": unattended["env"] | telemetry}
-    await delegate("claude-code", config, caller)
+    await delegate("claude-code", config, tmp_path)
     requests = list(claude.requests)
     trace_id, start_id, flags = start_ids(spans)
     assert flags == 0x03

@@ -90,6 +90,12 @@ def bg(description: str, prompt: str) -> dict[str, Any]:
     return {"description": description, "prompt": prompt, "run_in_background": True}
 
 
+def to_both(codex: dict[str, Any], claude: dict[str, Any]) -> AIMessage:
+    """The model's calls of both products' delegation tools: ``c`` to Codex, ``k`` to Claude
+    Code."""
+    return calls(("subagent_codex", "c", codex), ("subagent_claude_code", "k", claude))
+
+
 async def run_agent(session: AgentSession, steps: Sequence[Step]) -> tuple[str, ScriptedChatModel]:
     model = ScriptedChatModel(steps=steps)
     agent = create_agent(model, langchain_tools(session), system_prompt=session.instructions)
@@ -154,10 +160,7 @@ async def test_cancelling_the_run_mid_tool_returns_after_both_trees_exited(produ
     products.hold_both_mid_turn()
 
     async def hold(messages: list[BaseMessage]) -> AIMessage:
-        return calls(
-            ("subagent_codex", "c", fg("hold codex", "HOLD codex")),
-            ("subagent_claude_code", "k", fg("hold claude", "HOLD claude")),
-        )
+        return to_both(fg("hold codex", "HOLD codex"), fg("hold claude", "HOLD claude"))
 
     async def run_as_one_owner() -> None:
         async with AgentSession(products.harness) as session:
@@ -195,10 +198,7 @@ async def test_a_product_failure_reaches_the_model_as_the_safe_text_only(product
     products.fail_both()
 
     async def delegate(messages: list[BaseMessage]) -> AIMessage:
-        return calls(
-            ("subagent_codex", "c", fg("fail", "FAIL codex")),
-            ("subagent_claude_code", "k", fg("fail", "FAIL claude")),
-        )
+        return to_both(fg("fail", "FAIL codex"), fg("fail", "FAIL claude"))
 
     async def check(messages: list[BaseMessage]) -> AIMessage:
         seen = results(messages)

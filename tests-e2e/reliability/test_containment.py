@@ -188,23 +188,30 @@ async def _start_host(
     return host, await asyncio.wait_for(host.stdout.readline(), 20)
 
 
+def _host_program(*lines: str) -> str:
+    """A host program whose ``main()`` runs ``lines`` (``DOUBLE_FORK`` is the escapee's argv,
+    ``sys.argv`` the host's), then stays up for a minute."""
+    body = "".join(f"    {line}\n" for line in lines)
+    return (
+        "import asyncio, json, sys\n"
+        "from dsh.subprocess import SpawnSpec, default_runtime\n"
+        "DOUBLE_FORK = [sys.executable, sys.argv[1], 'double-fork', sys.argv[2], sys.argv[3]]\n"
+        f"async def main():\n{body}    await asyncio.sleep(60)\n"
+        "asyncio.run(main())\n"
+    )
+
+
 async def test_reap_orphans_in_a_fresh_process_after_host_sigkill(tmp_path: Path) -> None:
     """A host that saw an empty-env escapee dies by SIGKILL; a fresh process cleans up."""
     nonce = _nonce()
-    host_code = (
-        "import asyncio, json, sys\n"
-        "from dsh.subprocess import SpawnSpec, default_runtime\n"
-        "async def main():\n"
-        "    argv = [sys.executable, sys.argv[1], 'on-sigterm', sys.argv[2], sys.argv[3]]\n"
-        "    proc = await default_runtime().spawn(SpawnSpec(argv, stdout='pipe'))\n"
-        "    assert await proc.stdout.readline() == b'armed\\n'\n"
-        "    dfork = [sys.executable, sys.argv[1], 'double-fork', sys.argv[2], sys.argv[3]]\n"
-        "    second = await default_runtime().spawn(SpawnSpec(dfork))\n"
-        "    await second.wait()\n"
-        "    await asyncio.sleep(0.5)  # sampled: the host has observed its escapee\n"
-        "    print(json.dumps([proc.tree_id, second.tree_id]), flush=True)\n"
-        "    await asyncio.sleep(60)\n"
-        "asyncio.run(main())\n"
+    host_code = _host_program(
+        "argv = [sys.executable, sys.argv[1], 'on-sigterm', sys.argv[2], sys.argv[3]]",
+        "proc = await default_runtime().spawn(SpawnSpec(argv, stdout='pipe'))",
+        "assert await proc.stdout.readline() == b'armed\\n'",
+        "second = await default_runtime().spawn(SpawnSpec(DOUBLE_FORK))",
+        "await second.wait()",
+        "await asyncio.sleep(0.5)  # sampled: the host has observed its escapee",
+        "print(json.dumps([proc.tree_id, second.tree_id]), flush=True)",
     )
     async with SubprocessRuntime() as runtime:
         host, line = await _start_host(runtime, host_code, tmp_path, nonce)
@@ -241,17 +248,11 @@ def _spawner_side(root: int) -> list[int]:
 async def test_reap_orphans_uses_the_member_record_when_all_of_dsh_died(tmp_path: Path) -> None:
     """Host, spawner and supervisor all SIGKILLed at once: only the on-disk record is left."""
     nonce = _nonce()
-    host_code = (
-        "import asyncio, sys\n"
-        "from dsh.subprocess import SpawnSpec, default_runtime\n"
-        "async def main():\n"
-        "    dfork = [sys.executable, sys.argv[1], 'double-fork', sys.argv[2], sys.argv[3]]\n"
-        "    proc = await default_runtime().spawn(SpawnSpec(dfork))\n"
-        "    await proc.wait()\n"
-        "    await asyncio.sleep(2.2)  # sampled (every 1 s): the escapee is on record\n"
-        "    print('observed', flush=True)\n"
-        "    await asyncio.sleep(60)\n"
-        "asyncio.run(main())\n"
+    host_code = _host_program(
+        "proc = await default_runtime().spawn(SpawnSpec(DOUBLE_FORK))",
+        "await proc.wait()",
+        "await asyncio.sleep(2.2)  # sampled (every 1 s): the escapee is on record",
+        "print('observed', flush=True)",
     )
     async with SubprocessRuntime() as runtime:
         host, line = await _start_host(runtime, host_code, tmp_path, nonce)

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 
@@ -29,3 +30,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("linux_only") is not None:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def record_calls(monkeypatch: pytest.MonkeyPatch) -> Callable[..., list[str]]:
+    """``record_calls(module, name, real, note)``: ``module.name`` becomes a wrapper that still
+    calls ``real``; the list returned gets ``note(argument)`` of each call (unless ``None``)."""
+
+    def patch(
+        module: object, name: str, real: Callable[[Any], None], note: Callable[[Any], str | None]
+    ) -> list[str]:
+        seen: list[str] = []
+
+        def recorded(argument: Any) -> None:
+            noted = note(argument)
+            if noted is not None:
+                seen.append(noted)
+            real(argument)
+
+        monkeypatch.setattr(module, name, recorded)
+        return seen
+
+    return patch

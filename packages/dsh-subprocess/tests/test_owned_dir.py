@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,17 +38,11 @@ def owned(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def host_removals(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def host_removals(record_calls: Any) -> list[str]:
     """The removals the host's own process ran (each still really removes)."""
-    seen: list[str] = []
     real = owned_dir_module.remove_owned_dir
-
-    def recorded(path: str) -> None:
-        seen.append(path)
-        real(path)
-
-    monkeypatch.setattr(process_module, "remove_owned_dir", recorded)
-    return seen
+    removals: list[str] = record_calls(process_module, "remove_owned_dir", real, str)
+    return removals
 
 
 async def _spawn_late_writer(

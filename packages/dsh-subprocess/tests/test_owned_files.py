@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,18 +35,16 @@ def supervised(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 
 
 @pytest.fixture
-def host_makes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def host_makes(record_calls: Any) -> list[str]:
     """The owned dirs the host's own process made (each still really made)."""
-    seen: list[str] = []
-    real = owned_dir_module.make_owned_dir
 
-    def recorded(spec: SpawnSpec) -> None:
-        if spec.owned_files is not None:
-            seen.append(str(spec.owned_dir))
-        real(spec)
+    def made(spec: SpawnSpec) -> str | None:
+        return None if spec.owned_files is None else str(spec.owned_dir)
 
-    monkeypatch.setattr(spawn_module, "make_owned_dir", recorded)
-    return seen
+    makes: list[str] = record_calls(
+        spawn_module, "make_owned_dir", owned_dir_module.make_owned_dir, made
+    )
+    return makes
 
 
 async def test_the_program_starts_with_the_dir_and_its_files(

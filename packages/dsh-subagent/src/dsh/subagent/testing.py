@@ -13,15 +13,19 @@ values every provider config must reject in the fields ``ProviderConfigBase`` gi
 ``decoy_program`` plants a product command that only leaves evidence that it ran, for a test that
 a provider never runs a host's own copy of its product. ``BareRun`` wraps a run and forwards only
 the ``SubagentRun`` protocol, as a run of a provider written before the optional activity stamp.
+``demo_plan`` loads a provider's demo plan through its entry point, as ``dsh demo`` does.
 """
 
 from __future__ import annotations
 
+from importlib.metadata import entry_points
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
 from dsh.subagent._conformance import ConformanceReport, run_provider_conformance
+from dsh.subagent._demo import DemoPlan
+from dsh.subagent._discovery import PROVIDER_ENTRY_POINT_GROUP
 from dsh.subagent._fake import FakeProvider, FakeRun
 from dsh.subagent._model_script import (
     MAX_RECORDED_REQUESTS,
@@ -50,6 +54,7 @@ __all__ = [
     "ModelRequest",
     "ScriptedModelServer",
     "decoy_program",
+    "demo_plan",
     "result_of",
     "run_provider_conformance",
     "start_request",
@@ -99,6 +104,15 @@ class BareRun:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def demo_plan(kind: str) -> DemoPlan:
+    """The plan the ``demo()`` hook of provider ``kind`` returns, reached as ``dsh demo`` reaches
+    it: through its entry point (``dsh.subagent.providers``)."""
+    (entry,) = [e for e in entry_points(group=PROVIDER_ENTRY_POINT_GROUP) if e.name == kind]
+    plan = entry.load().demo()
+    assert isinstance(plan, DemoPlan), plan
+    return plan
 
 
 def decoy_program(directory: Path, name: str) -> tuple[Path, Path]:
