@@ -184,6 +184,8 @@ class Loopback:
     claude: FakeMessagesServer
     codex_env: dict[str, str]
     claude_env: dict[str, str]
+    #: Asked first for each Codex model request (``FakeResponsesServer``'s ``route``), if set.
+    codex_route: Callable[[Any], Any] | None = None
     products = (CODEX, CLAUDE)
     tools = TOOLS
 
@@ -241,5 +243,12 @@ class Loopback:
 @pytest.fixture
 async def loopback(tmp_path: Path) -> AsyncIterator[Loopback]:
     """Both products' loopback model servers, a ``workspace`` and each product's hermetic env."""
-    async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
-        yield Loopback.under(tmp_path, codex, claude)
+    found: list[Loopback] = []
+
+    def route(request: Any) -> Any:
+        routed = found[0].codex_route
+        return None if routed is None else routed(request)
+
+    async with FakeResponsesServer(route=route) as codex, FakeMessagesServer() as claude:
+        found.append(Loopback.under(tmp_path, codex, claude))
+        yield found[0]
