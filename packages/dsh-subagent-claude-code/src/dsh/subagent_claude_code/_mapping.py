@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from claude_agent_sdk import ResultMessage
 
+from dsh.subagent import ResolvedStartRequest
 from dsh.subagent.kit import FailureFacts
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "category_of",
     "fact_line",
     "is_strict_success",
+    "request_flags",
     "result_facts",
 ]
 
@@ -101,3 +103,10 @@ def result_facts(message: ResultMessage, assistant_error: str | None) -> Failure
         category=category_of(message, assistant_error),
         http_status=_status(message),
     )
+
+
+def request_flags(request: ResolvedStartRequest) -> list[str]:
+    """The CLI flags a checked request adds to the launch: where a request field becomes
+    Claude Code's (the prompt itself goes through the SDK's stream)."""
+    del request  # no request field sets a flag yet
+    return []

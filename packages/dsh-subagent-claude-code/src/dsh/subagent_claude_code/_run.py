@@ -22,7 +22,13 @@ from claude_agent_sdk import (
     query,
 )
 
-from dsh.subagent import StopReason, SubagentResult, TextBlock, with_limits_hit
+from dsh.subagent import (
+    ResolvedStartRequest,
+    StopReason,
+    SubagentResult,
+    TextBlock,
+    with_limits_hit,
+)
 from dsh.subagent.kit import FailureFacts, ProductRun, failure_line, remove_off_loop
 from dsh.subagent_claude_code._mapping import (
     DENY_MESSAGE,
@@ -108,9 +114,9 @@ class ClaudeCodeRun(ProductRun):
         """Start the SIGTERM-first ladder (also when the result had settled already)."""
         self._transport.terminate()
 
-    async def publish(self, texts: Sequence[str]) -> None:
+    async def publish(self, request: ResolvedStartRequest) -> None:
         """Send the task through the SDK's query; return once the prompt is delivered."""
-        self.begin(texts)
+        self.begin(request.texts)
         await self.wait_ready()
 
     def startup_failure(self, error: Exception) -> tuple[FailureFacts, BaseException] | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from dsh.subagent import ResolvedStartRequest
+
 __all__ = [
     "ANSWERED_REQUESTS",
     "MODE_FIELDS",
@@ -14,6 +16,7 @@ __all__ = [
     "answer_request",
     "classify_error_info",
     "fact_line",
+    "turn_start_params",
 ]
 
 PRODUCT: Final = "Codex"
@@ -140,3 +143,11 @@ DECLINED_ITEMS: Final[Mapping[str, tuple[str, str]]] = {
     "commandExecution": ("command execution", "the command"),
     "fileChange": ("file change", "the file change"),
 }
+
+
+def turn_start_params(thread_id: str | None, request: ResolvedStartRequest) -> dict[str, Any]:
+    """The ``turn/start`` params of a checked request: where a request field becomes Codex's."""
+    return {
+        "threadId": thread_id,
+        "input": [{"type": "text", "text": text, "text_elements": []} for text in request.texts],
+    }

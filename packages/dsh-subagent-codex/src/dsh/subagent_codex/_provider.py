@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Sequence
 from importlib import metadata
 from typing import Any
 
-from dsh.subagent import DemoPlan
+from dsh.subagent import DemoPlan, ResolvedStartRequest
 from dsh.subagent.kit import Launch, ProductInstall, ProductProvider, remove_off_loop
 from dsh.subagent_codex._auth import (
     CONFIG_DIR_ENV,
@@ -151,7 +151,7 @@ class CodexProvider(ProductProvider[CodexProviderConfig, CodexRun]):
     async def reap_orphans(self) -> None:
         await reap_orphans_once()
 
-    def launch(self, cwd: str) -> Launch:
+    def launch(self, cwd: str, request: ResolvedStartRequest) -> Launch:
         try:
             return self._argv_env()
         except (OSError, ImportError, ValueError) as exc:

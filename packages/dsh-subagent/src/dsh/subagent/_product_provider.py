@@ -18,7 +18,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping
 from typing import ClassVar, Generic, NoReturn, Protocol, TypeVar
 
 from dsh.subagent._checks import check_one_shot_request
@@ -102,7 +102,7 @@ class ProductProvider(ProviderBase[ConfigT], Generic[ConfigT, RunT]):
         return self._warm_pool
 
     async def start(self, request: ResolvedStartRequest) -> RunT:
-        cwd, texts = check_one_shot_request(
+        cwd, _texts = check_one_shot_request(
             request, prefix=self.prefix, unusable_cwd=self.start_failure
         )
         problem = self.limits_problem()
@@ -112,13 +112,13 @@ class ProductProvider(ProviderBase[ConfigT], Generic[ConfigT, RunT]):
             )
         await self.reap_orphans()
         sweep_lost_dirs_once(self.owned_dir_tag)  # the run dirs dead owners left (any instance's)
-        argv, env = self.launch(cwd)
+        argv, env = self.launch(cwd, request)
         if self.config.prewarm <= 0:
-            return await self._start_cold(cwd, argv, env, texts)
+            return await self._start_cold(cwd, argv, env, request)
         key: _Key = (cwd, tuple(argv), tuple(sorted(env.items())))
-        run = await self._start_warm(key, texts)
+        run = await self._start_warm(key, request)
         if run is None:
-            run = await self._start_cold(cwd, argv, env, texts)
+            run = await self._start_cold(cwd, argv, env, request)
         self.warm_pool.replenish_after(run.result(), key)  # once this run's result is in
         return run
 
@@ -186,8 +186,13 @@ class ProductProvider(ProviderBase[ConfigT], Generic[ConfigT, RunT]):
         """Reap the process trees dead hosts left (once per process)."""
 
     @abc.abstractmethod
-    def launch(self, cwd: str) -> Launch:
-        """The argv and env overlay of a product process in ``cwd``; raise the safe failure."""
+    def launch(self, cwd: str, request: ResolvedStartRequest) -> Launch:
+        """The argv and env overlay of a product process in ``cwd``; raise the safe failure.
+
+        ``request`` is the checked request the process is for. A request field that changes the
+        launch (a product flag) changes the argv, and with it the warm-pool key: such a request
+        starts cold unless a warm process was made for the same launch.
+        """
 
     @abc.abstractmethod
     async def new_run(self, cwd: str, argv: list[str], env: dict[str, str | None]) -> RunT:
@@ -199,25 +204,25 @@ class ProductProvider(ProviderBase[ConfigT], Generic[ConfigT, RunT]):
 
     # -- internals -------------------------------------------------------------------------
     async def _start_cold(
-        self, cwd: str, argv: list[str], env: dict[str, str | None], texts: Sequence[str]
+        self, cwd: str, argv: list[str], env: dict[str, str | None], request: ResolvedStartRequest
     ) -> RunT:
         run = await self.new_run(cwd, argv, env)
         try:
             await self.prepare_run(run, cwd, warm=False)
-            await run.publish(texts)
+            await run.publish(request)
         except BaseException as error:
             await self.rollback(run, error)
         self.log.debug("%s run %s published", self.product, run.id)
         return run
 
-    async def _start_warm(self, key: _Key, texts: Sequence[str]) -> RunT | None:
+    async def _start_warm(self, key: _Key, request: ResolvedStartRequest) -> RunT | None:
         """A published run on a warm process, or ``None``: the caller starts cold."""
         run = await self.warm_pool.take(key)
         if run is None:
             return None
         _set_busy(run, True)  # it counts as a run in flight again (nice = "auto")
         try:
-            await run.publish(texts)
+            await run.publish(request)
         except Exception:
             # The warm process failed before the task was delivered (it exited since the take):
             # not the request's failure. It is torn down and the start goes cold.

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import abc
 import uuid
-from collections.abc import Sequence
 from types import TracebackType
 from typing import ClassVar, Protocol, Self
 
@@ -17,7 +16,7 @@ from dsh.subagent._activity import ActivityStamp
 from dsh.subagent._closing import CloseOnce
 from dsh.subagent._diagnostics import FailureFacts
 from dsh.subagent._latch import ResultLatch
-from dsh.subagent._types import SubagentResult
+from dsh.subagent._types import ResolvedStartRequest, SubagentResult
 from dsh.subagent._usage import UsageFacts
 from dsh.subagent.errors import ProductFailure
 
@@ -42,7 +41,7 @@ class ProductRun(abc.ABC):
     A subclass sets ``prefix`` and ``product``, moves ``self._activity`` on every message it reads
     from its product (or points it at the stamp its transport moves), settles ``self._latch``, and
     defines the hooks: ``_stop(aborted)`` (what a cancel does to the product), ``_teardown()``
-    (bring the whole tree down, once), ``publish(texts)``, ``warm_usable()`` and ``process``; and,
+    (bring the whole tree down, once), ``publish(request)``, ``warm_usable()`` and ``process``; and,
     when its product reports start-up failures with facts, ``startup_failure(error)``.
 
     The close contract (``aclose()``):
@@ -145,8 +144,11 @@ class ProductRun(abc.ABC):
         """Bring the whole process tree down (run once, by ``CloseOnce``); raise if not proven."""
 
     @abc.abstractmethod
-    async def publish(self, texts: Sequence[str]) -> None:
-        """Send the task; return once it is delivered (the run is then published)."""
+    async def publish(self, request: ResolvedStartRequest) -> None:
+        """Send the checked request's task; return once it is delivered (then it is published).
+
+        The request comes whole: its ``texts`` and every field the provider honours.
+        """
 
     @abc.abstractmethod
     def warm_usable(self) -> bool:

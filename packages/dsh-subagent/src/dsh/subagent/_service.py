@@ -34,14 +34,6 @@ __all__ = ["PublishedRun", "SubagentService"]
 
 _log = logging.getLogger("dsh.subagent")
 
-# Request field -> Capabilities attribute, in the order the service checks them.
-_CAPABILITY_FIELDS = (
-    ("output_schema", "output_schema"),
-    ("max_depth", "depth_limit"),
-    ("tool_filter", "tool_filter"),
-    ("persona", "persona"),
-)
-
 
 class PublishedRun:
     """The run ``SubagentService.start`` hands out: the provider's run plus the end event.
@@ -237,7 +229,7 @@ class SubagentService:
         if provider is None:
             raise SubagentError(f'no subagent provider registered for "{name}"', code="NO_PROVIDER")
         capabilities = provider.capabilities
-        for request_field, capability in _CAPABILITY_FIELDS:
+        for request_field, capability in SubagentStartRequest.capability_fields():
             if getattr(request, request_field) is not None and not getattr(
                 capabilities, capability
             ):

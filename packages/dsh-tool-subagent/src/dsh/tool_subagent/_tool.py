@@ -7,23 +7,23 @@ import logging
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from dsh.jobs import JobRegistry, JobWork
 from dsh.jobs.tools import ToolBase, ToolResult
 from dsh.subagent import (
-    Parent,
     StopReason,
     SubagentError,
     SubagentResult,
     SubagentService,
     SubagentStartRequest,
-    TextBlock,
 )
+from dsh.tool_subagent._arguments import DelegationArguments
 from dsh.tool_subagent._contract import Caller, Tool
 from dsh.tool_subagent._delegation import Interrupted, killed, run_to_end
 from dsh.tool_subagent._job_work import background_outcome
 from dsh.tool_subagent._limits import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TIMEOUT_S, RunLimits
+from dsh.tool_subagent._model_options import CommandLine
 from dsh.tool_subagent._otel import DelegationLabels, trace_carrier
 from dsh.tool_subagent._portable_job import portable_delegation
 from dsh.tool_subagent._workspace import (
@@ -45,6 +45,7 @@ DEFAULT_MAX_DEPTH = 3
 
 #: A limit in seconds: a number (not a bool or a string) above 0 and finite.
 Seconds = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
+BranchPrefix = Annotated[str, AfterValidator(check_branch_prefix)]
 
 _HEADLINES = {
     StopReason.ABORTED: "subagent run was cancelled",
@@ -70,19 +71,41 @@ class SubagentToolConfig(BaseModel):
     max_depth: int | Literal["provider-managed"] | None = None
     #: The caller's wall-clock limit on one delegation, start included (docs/liveness.md).
     timeout_s: Seconds | None = DEFAULT_TIMEOUT_S
+    # A field with a ``CommandLine`` marker is a ``dsh run`` option that overrides it for one
+    # run (``_model_options``).
     #: The caller's limit on product silence: no activity stamp moved for this long.
-    stall_timeout_s: Seconds = DEFAULT_STALL_TIMEOUT_S
+    stall_timeout_s: Annotated[
+        Seconds,
+        CommandLine(
+            "--stall-timeout",
+            "stop the run after SECONDS without product activity (the tool's stall_timeout_s;"
+            " default: the profile's, else 900), exit 1",
+            "SECONDS",
+            float,
+        ),
+    ] = DEFAULT_STALL_TIMEOUT_S
     #: Where the product works: the caller's cwd, or a git worktree per run (docs/workspaces.md).
-    workspace: Literal["shared", "worktree"] = "shared"
+    workspace: Annotated[
+        Literal["shared", "worktree"],
+        CommandLine(
+            "--workspace",
+            "where the product works: the cwd (shared), or a git worktree of its repository"
+            " whose changes come back as a branch (worktree); default: the tool's",
+        ),
+    ] = "shared"
     #: A worktree starts at the parent's ``HEAD``, or with its uncommitted changes too.
-    worktree_base: Literal["head", "working-tree"] = "head"
+    worktree_base: Annotated[
+        Literal["head", "working-tree"],
+        CommandLine(
+            "--worktree-base",
+            "a worktree starts at HEAD, or with the uncommitted changes too (working-tree)",
+        ),
+    ] = "head"
     #: A worktree run's changes go to the branch ``<branch_prefix><job or run id>``.
-    branch_prefix: str = DEFAULT_BRANCH_PREFIX
-
-    @field_validator("branch_prefix")
-    @classmethod
-    def _valid_prefix(cls, value: str) -> str:
-        return check_branch_prefix(value)
+    branch_prefix: Annotated[
+        BranchPrefix,
+        CommandLine("--branch-prefix", "a worktree run's branch prefix (default dsh/)", "PREFIX"),
+    ] = DEFAULT_BRANCH_PREFIX
 
     @property
     def limits(self) -> RunLimits:
@@ -123,6 +146,9 @@ class SubagentTool(ToolBase[Caller]):
         "idempotent": False,
         "open_world": True,
     }
+
+    #: The arguments one delegation takes; their model-visible part is the input schema.
+    arguments_model: ClassVar[type[DelegationArguments]] = DelegationArguments
 
     def __init__(
         self,
@@ -168,7 +194,9 @@ class SubagentTool(ToolBase[Caller]):
         kind = portable_provider[0] if portable_provider is not None else None
         self.labels = DelegationLabels(self.name, config.provider, kind, self.model)
         self.description = self._describe()
-        super().__init__(self._build_schema())
+        super().__init__(
+            self.arguments_model.input_schema(background=config.enable_run_in_background)
+        )
 
     def _describe(self) -> str:
         who = f"a {self.product} subagent" if self.product else "a subagent"
@@ -189,40 +217,6 @@ class SubagentTool(ToolBase[Caller]):
             )
         return " ".join(parts)
 
-    def _build_schema(self) -> dict[str, Any]:
-        properties: dict[str, Any] = {
-            "description": {
-                "type": "string",
-                "minLength": 1,
-                "description": "A short 3-5 word label for the task.",
-            },
-            "prompt": {
-                "type": "string",
-                "minLength": 1,
-                "description": "The complete, self-contained task for the subagent.",
-            },
-        }
-        if self.config.enable_run_in_background:
-            properties["run_in_background"] = {
-                "type": "boolean",
-                "description": "Return a job id at once instead of waiting (default false).",
-            }
-        return {
-            "type": "object",
-            "properties": properties,
-            "required": ["description", "prompt"],
-            "additionalProperties": False,
-        }
-
-    def _request(self, description: str, prompt: str, caller: Caller) -> SubagentStartRequest:
-        depth = self.config.max_depth
-        return SubagentStartRequest(
-            prompt=(TextBlock(prompt),),
-            parent=Parent(session_id=caller.session_id, cwd=caller.cwd),
-            label=description,
-            max_depth=depth if isinstance(depth, int) else None,
-        )
-
     async def call(self, arguments: Mapping[str, Any], caller: Caller) -> ToolResult:
         if not self.config.enable_run_in_background and isinstance(arguments, Mapping):
             if arguments.get("run_in_background") is True:
@@ -232,14 +226,37 @@ class SubagentTool(ToolBase[Caller]):
         return await super().call(arguments, caller)
 
     async def _call(self, arguments: Mapping[str, Any], caller: Caller) -> ToolResult:
-        request = self._request(arguments["description"], arguments["prompt"], caller)
+        # The mapping passed the input schema, the model-visible part of the arguments model.
+        return await self._delegate(self.arguments_model.model_validate(arguments), caller)
+
+    async def delegate(
+        self, arguments: DelegationArguments | Mapping[str, Any], caller: Caller
+    ) -> ToolResult:
+        """One delegation for a Python caller, who may set every field of the arguments model
+        (the model sees only the input schema's). Arguments the model refuses, or a background
+        run on a tool that disables it, are an ``is_error`` result naming the field."""
+        if not isinstance(arguments, DelegationArguments):
+            try:
+                arguments = self.arguments_model.model_validate(arguments)
+            except ValidationError as exc:
+                error = exc.errors()[0]
+                where = ".".join(str(part) for part in error["loc"]) or "arguments"
+                text = f'invalid arguments: field "{where}": {error["msg"]}'
+                return ToolResult(text=text, is_error=True)
+        if arguments.run_in_background and not self.config.enable_run_in_background:
+            return ToolResult(text=BACKGROUND_DISABLED, is_error=True)
+        return await self._delegate(arguments, caller)
+
+    async def _delegate(self, arguments: DelegationArguments, caller: Caller) -> ToolResult:
+        depth = self.config.max_depth
+        request = arguments.request(caller, depth if isinstance(depth, int) else None)
         if self.config.workspace == "worktree":
             try:  # refused before anything is spawned or a job is started
                 find_repository(caller.cwd)
             except WorkspaceError as exc:
                 return ToolResult(text=str(exc), is_error=True)
-        if arguments.get("run_in_background", False):
-            return self._background(request, arguments["description"], caller)
+        if arguments.run_in_background:
+            return self._background(request, arguments.description, caller)
         return await self._foreground(request)
 
     async def _foreground(self, request: SubagentStartRequest) -> ToolResult:
