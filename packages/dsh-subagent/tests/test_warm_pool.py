@@ -80,6 +80,22 @@ async def test_replenish_after_waits_for_the_result() -> None:
     await pool.aclose()
 
 
+async def test_a_pool_closed_at_once_leaves_no_result_unawaited() -> None:
+    maker = Maker()
+    pool = _pool(maker)
+    await pool.take("a")
+
+    async def result() -> None:
+        return None
+
+    done = result()
+    pool.replenish_after(done, "a")
+    await pool.aclose()  # before the waiting task took its first step
+    # Closed, not left for the interpreter's "was never awaited" warning.
+    assert done.cr_frame is None
+    assert maker.made == []
+
+
 async def test_a_dead_idle_object_is_closed_not_handed_out() -> None:
     maker = Maker()
     pool = _pool(maker)
