@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import relay_agent
 
-from dsh.subagent import DemoPlan
+from dsh.subagent import DemoPlan, ResolvedStartRequest
 from dsh.subagent.kit import Launch, ProductInstall, ProductProvider
 from dsh.subagent_relay._env import RELAY_CONFIG_DIR_ENV, forwarding
 from dsh.subagent_relay._mapping import PREFIX, PRODUCT
@@ -76,7 +76,7 @@ class RelayProvider(ProductProvider[RelayProviderConfig, RelayRun]):
     async def reap_orphans(self) -> None:
         await reap_orphans_once()
 
-    def launch(self, cwd: str) -> Launch:
+    def launch(self, cwd: str, request: ResolvedStartRequest) -> Launch:
         if self._program is not None:
             argv = list(self._program)
         else:

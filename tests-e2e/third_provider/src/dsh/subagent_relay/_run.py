@@ -5,10 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Sequence
 from typing import Any
 
-from dsh.subagent import StopReason, SubagentResult, TextBlock, with_limits_hit
+from dsh.subagent import (
+    ResolvedStartRequest,
+    StopReason,
+    SubagentResult,
+    TextBlock,
+    with_limits_hit,
+)
 from dsh.subagent.kit import FailureFacts, ProductRun, failure_line
 from dsh.subagent_relay._mapping import PREFIX, PRODUCT, error_facts
 from dsh.subagent_relay._usage import usage_from_report
@@ -55,12 +60,12 @@ class RelayRun(ProductRun):
             await asyncio.shield(self._ready)
 
     # ---- ProductRun -----------------------------------------------------------------------
-    async def publish(self, texts: Sequence[str]) -> None:
+    async def publish(self, request: ResolvedStartRequest) -> None:
         proc = self._proc
         assert proc is not None
         assert proc.stdin is not None
         self._taken = True
-        line = json.dumps({"type": "task", "texts": list(texts)}) + "\n"
+        line = json.dumps({"type": "task", "texts": list(request.texts)}) + "\n"
         proc.stdin.write(line.encode())
         await proc.stdin.drain()
 
