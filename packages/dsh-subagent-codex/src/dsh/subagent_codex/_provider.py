@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Sequence
 from importlib import metadata
 from typing import Any
 
-from dsh.subagent import DemoPlan, ResolvedStartRequest
+from dsh.subagent import Capabilities, DemoPlan, ResolvedStartRequest
 from dsh.subagent.kit import Launch, ProductInstall, ProductProvider, remove_off_loop
 from dsh.subagent_codex._auth import (
     CONFIG_DIR_ENV,
@@ -114,6 +114,8 @@ class CodexProvider(ProductProvider[CodexProviderConfig, CodexRun]):
     install = _INSTALL
     prefix = PREFIX
     product = PRODUCT
+    #: ``output_schema``: mapped in ``_mapping`` (docs/structured-output.md).
+    capabilities = Capabilities(output_schema=True)
     start_stage = "initialize"
     owned_dir_tag = PRIVATE_DIR_TAG
     log = _log
