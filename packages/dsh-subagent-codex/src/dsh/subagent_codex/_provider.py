@@ -116,6 +116,10 @@ class CodexProvider(ProductProvider[CodexProviderConfig, CodexRun]):
     product = PRODUCT
     #: ``output_schema``: mapped in ``_mapping`` (docs/structured-output.md).
     capabilities = Capabilities(output_schema=True)
+    #: ``MAX_USER_INPUT_TEXT_CHARS`` (``1 << 20``) of Codex's app-server: ``turn/start`` sums the
+    #: ``chars()`` of its text inputs and answers a longer one with JSON-RPC ``-32602``
+    #: (measured on 0.163.0: 1,048,576 completes, 1,048,577 is refused).
+    max_prompt_chars = 1_048_576
     start_stage = "initialize"
     owned_dir_tag = PRIVATE_DIR_TAG
     log = _log

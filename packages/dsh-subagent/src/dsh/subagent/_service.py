@@ -246,7 +246,9 @@ class SubagentService:
         """The checks :meth:`start` makes before anything starts: a provider registered as
         ``name`` that supports every field ``request`` sets, and a valid ``max_depth``. Returns
         the provider; raises :class:`SubagentError`. An ``output_schema`` must be a valid JSON
-        Schema object within ``MAX_OUTPUT_SCHEMA_BYTES``. A caller that runs the request elsewhere
+        Schema object within ``MAX_OUTPUT_SCHEMA_BYTES``; a provider with a
+        ``request_problem(request)`` (``kit.ProductProvider``: the product's own limits, such as
+        its longest prompt) is asked too. A caller that runs the request elsewhere
         (a Ray job) checks it here first, so nothing is queued that the provider would refuse."""
         if not isinstance(request, SubagentStartRequest):
             raise TypeError("start() takes a SubagentStartRequest")
@@ -269,6 +271,10 @@ class SubagentService:
                 raise SubagentError(
                     f'the "output_schema" field {exc}', code="INVALID_REQUEST"
                 ) from None
+        problem = getattr(provider, "request_problem", None)  # a ProductProvider's own limits
+        text = problem(request) if callable(problem) else None
+        if isinstance(text, str):
+            raise SubagentError(f'subagent provider "{name}": {text}', code="INVALID_REQUEST")
         depth = request.max_depth
         if depth is not None and (
             not isinstance(depth, int) or isinstance(depth, bool) or depth < 0
