@@ -19,8 +19,9 @@ from dsh.subprocess.testing import describe_processes, spawner_processes
 from dsh.tool_subagent import Harness
 from dsh.tool_subagent._demo.scenarios import owned_marked_processes
 
-NO_CAPABILITIES = {
-    "output_schema": False,
+#: Both product providers honour an output schema (issue 40) and nothing else optional.
+PRODUCT_CAPABILITIES = {
+    "output_schema": True,
     "depth_limit": False,
     "tool_filter": False,
     "persona": False,
@@ -71,19 +72,19 @@ THREE_CODEX_DESCRIBED = {
         {
             "name": "codex",
             "kind": "codex",
-            "capabilities": NO_CAPABILITIES,
+            "capabilities": PRODUCT_CAPABILITIES,
             "inherits_parent_context": False,
         },
         {
             "name": "codex-primary",
             "kind": "codex",
-            "capabilities": NO_CAPABILITIES,
+            "capabilities": PRODUCT_CAPABILITIES,
             "inherits_parent_context": False,
         },
         {
             "name": "codex-review",
             "kind": "codex",
-            "capabilities": NO_CAPABILITIES,
+            "capabilities": PRODUCT_CAPABILITIES,
             "inherits_parent_context": False,
         },
     ],
@@ -143,13 +144,13 @@ MIXED_DESCRIBED = {
         {
             "name": "codex-primary",
             "kind": "codex",
-            "capabilities": NO_CAPABILITIES,
+            "capabilities": PRODUCT_CAPABILITIES,
             "inherits_parent_context": False,
         },
         {
             "name": "claude-code",
             "kind": "claude-code",
-            "capabilities": NO_CAPABILITIES,
+            "capabilities": PRODUCT_CAPABILITIES,
             "inherits_parent_context": False,
         },
     ],

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from claude_agent_sdk import ResultMessage
 
-from dsh.subagent import ResolvedStartRequest
-from dsh.subagent.kit import FailureFacts
+from dsh.subagent import STRUCTURED_OUTPUT_CATEGORY, ResolvedStartRequest
+from dsh.subagent.kit import FailureFacts, compact_json
 
 __all__ = [
     "DENY_MESSAGE",
@@ -18,6 +18,7 @@ __all__ = [
     "is_strict_success",
     "request_flags",
     "result_facts",
+    "structured_answer",
 ]
 
 PRODUCT = "Claude Code"
@@ -27,7 +28,7 @@ DENY_MESSAGE = "This unattended Claude Code subagent cannot request human approv
 _SUBTYPE_CATEGORIES = {
     "error_max_turns": "turn-limit",
     "error_max_budget_usd": "budget-limit",
-    "error_max_structured_output_retries": "structured-output",
+    "error_max_structured_output_retries": STRUCTURED_OUTPUT_CATEGORY,
     "error_during_execution": "execution",
 }
 
@@ -107,6 +108,25 @@ def result_facts(message: ResultMessage, assistant_error: str | None) -> Failure
 
 def request_flags(request: ResolvedStartRequest) -> list[str]:
     """The CLI flags a checked request adds to the launch: where a request field becomes
-    Claude Code's (the prompt itself goes through the SDK's stream)."""
-    del request  # no request field sets a flag yet
-    return []
+    Claude Code's (the prompt itself goes through the SDK's stream).
+
+    ``output_schema`` is ``--json-schema <json>``, the flag the SDK's ``output_format``
+    (``{"type": "json_schema", "schema": ...}``) becomes: the CLI adds its ``StructuredOutput``
+    tool, which the model must call once at the end.
+    """
+    if request.output_schema is None:
+        return []
+    return ["--json-schema", compact_json(request.output_schema)]
+
+
+def structured_answer(message: ResultMessage) -> str | None:
+    """The answer of a run with an output schema: the result's ``structured_output`` as compact
+    JSON, or ``None`` when a successful result carries none (``structured-output``)."""
+    if message.subtype != "success" or message.is_error is not False:
+        return None
+    if message.structured_output is None:
+        return None
+    try:
+        return compact_json(message.structured_output)
+    except (TypeError, ValueError):
+        return None

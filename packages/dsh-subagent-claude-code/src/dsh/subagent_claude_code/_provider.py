@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from dsh.subagent import DemoPlan, ResolvedStartRequest
+from dsh.subagent import Capabilities, DemoPlan, ResolvedStartRequest
 from dsh.subagent.kit import Launch, ProductInstall, ProductProvider
 from dsh.subagent_claude_code import _command
 from dsh.subagent_claude_code._command import (
@@ -74,6 +74,8 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeProviderConfig, ClaudeCodeRun
     install = _INSTALL
     prefix = PREFIX
     product = PRODUCT
+    #: ``output_schema``: mapped in ``_mapping`` (docs/structured-output.md).
+    capabilities = Capabilities(output_schema=True)
     start_stage = "query-start"
     owned_dir_tag = RUN_DIR_TAG
     log = _log

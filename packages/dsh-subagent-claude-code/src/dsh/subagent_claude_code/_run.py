@@ -23,6 +23,7 @@ from claude_agent_sdk import (
 )
 
 from dsh.subagent import (
+    STRUCTURED_OUTPUT_CATEGORY,
     ResolvedStartRequest,
     StopReason,
     SubagentResult,
@@ -45,6 +46,7 @@ from dsh.subagent_claude_code._mapping import (
     fact_line,
     is_strict_success,
     result_facts,
+    structured_answer,
 )
 from dsh.subagent_claude_code._transport import DshTransport
 from dsh.subagent_claude_code._usage import usage_from_result
@@ -91,6 +93,8 @@ class ClaudeCodeRun(ProductRun):
         self._mode = config.permission_mode
         self._tmp_dir = tmp_dir
         self._fact: PermissionFact | None = None
+        # The request set an output schema: the answer is the result's structured_output.
+        self._structured = False
         self._startup: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._transport = DshTransport(
             spec,
@@ -116,6 +120,7 @@ class ClaudeCodeRun(ProductRun):
 
     async def publish(self, request: ResolvedStartRequest) -> None:
         """Send the task through the SDK's query; return once the prompt is delivered."""
+        self._structured = request.output_schema is not None
         self.begin(request.texts)
         await self.wait_ready()
 
@@ -245,7 +250,7 @@ class ClaudeCodeRun(ProductRun):
                 if isinstance(message, ResultMessage):
                     last_result = message
                     self._usage = usage_from_result(message, len(self._message_ids) or None)
-                    success = message.result if is_strict_success(message) else None
+                    success = self._answer(message)
                     self._arm_dispose()
                 elif isinstance(message, AssistantMessage):
                     if self._first_output is None:
@@ -267,6 +272,12 @@ class ClaudeCodeRun(ProductRun):
                 self._dispose.cancel()
         self._latch.settle(self._outcome(last_result, success, assistant_error, error))
 
+    def _answer(self, message: ResultMessage) -> str | None:
+        """The answer a result carries: its text, or with an output schema its JSON value."""
+        if self._structured:
+            return structured_answer(message)
+        return message.result if is_strict_success(message) else None
+
     def _arm_dispose(self) -> None:
         if self._dispose is None:
             loop = asyncio.get_running_loop()
@@ -283,7 +294,17 @@ class ClaudeCodeRun(ProductRun):
         if error is None and success is not None:
             return SubagentResult(StopReason.COMPLETED, (TextBlock(success),), None)
         exit_facts = self._exit_facts(error)
-        if last_result is not None and not is_strict_success(last_result):
+        if (
+            last_result is not None
+            and self._structured
+            and last_result.subtype == "success"
+            and last_result.is_error is False
+            and self._answer(last_result) is None
+        ):  # a success with no structured value: the schema was not met
+            facts = FailureFacts(
+                product=PRODUCT, stage="query-run", category=STRUCTURED_OUTPUT_CATEGORY
+            )
+        elif last_result is not None and self._answer(last_result) is None:
             # The CLI exits non-zero after an error result on purpose; that exit is kept too.
             facts = dataclasses.replace(result_facts(last_result, assistant_error), **exit_facts)
         elif last_result is not None and exit_facts:

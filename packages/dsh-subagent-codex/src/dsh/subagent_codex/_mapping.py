@@ -146,8 +146,15 @@ DECLINED_ITEMS: Final[Mapping[str, tuple[str, str]]] = {
 
 
 def turn_start_params(thread_id: str | None, request: ResolvedStartRequest) -> dict[str, Any]:
-    """The ``turn/start`` params of a checked request: where a request field becomes Codex's."""
-    return {
+    """The ``turn/start`` params of a checked request: where a request field becomes Codex's.
+
+    ``output_schema`` is ``outputSchema``, which Codex sends to the model as a strict
+    ``json_schema`` text format; the final message's text is the JSON (checked by the service).
+    """
+    params: dict[str, Any] = {
         "threadId": thread_id,
         "input": [{"type": "text", "text": text, "text_elements": []} for text in request.texts],
     }
+    if request.output_schema is not None:
+        params["outputSchema"] = dict(request.output_schema)
+    return params

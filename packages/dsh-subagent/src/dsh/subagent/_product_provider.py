@@ -26,7 +26,7 @@ from dsh.subagent._diagnostics import FailureFacts
 from dsh.subagent._owned_dirs import sweep_lost_dirs_once
 from dsh.subagent._product_run import ProductRun
 from dsh.subagent._provider_base import ConfigT, ProviderBase
-from dsh.subagent._types import ResolvedStartRequest
+from dsh.subagent._types import ResolvedStartRequest, SubagentStartRequest
 from dsh.subagent._warm import WarmPool
 from dsh.subagent.errors import ProductFailure
 
@@ -71,6 +71,10 @@ class ProductProvider(ProviderBase[ConfigT], Generic[ConfigT, RunT]):
     """The diagnostic prefix, e.g. ``"subagent-codex"``."""
     product: ClassVar[str]
     """The product's display name in failure facts, e.g. ``"Codex"``."""
+    max_prompt_chars: ClassVar[int | None] = None
+    """The most characters (Unicode code points) of prompt text the pinned product accepts in
+    one task, or ``None`` when it states none; measured on the pin and re-measured when it
+    moves. A longer prompt is refused before anything starts (:meth:`request_problem`)."""
     start_stage: ClassVar[str]
     """The stage of a start failure without facts of its own (an unusable cwd, say)."""
     owned_dir_tag: ClassVar[str]
@@ -105,6 +109,9 @@ class ProductProvider(ProviderBase[ConfigT], Generic[ConfigT, RunT]):
         cwd, _texts = check_one_shot_request(
             request, prefix=self.prefix, unusable_cwd=self.start_failure
         )
+        problem = self.request_problem(request)
+        if problem is not None:  # before anything is spawned, naming the field
+            raise ProductFailure(f"{self.prefix}: {problem}")
         problem = self.limits_problem()
         if problem is not None:  # before anything is spawned, naming the field
             raise ProductFailure(
@@ -129,6 +136,19 @@ class ProductProvider(ProviderBase[ConfigT], Generic[ConfigT, RunT]):
         """
         if self._warm_pool is not None:
             await self._warm_pool.aclose()
+
+    def request_problem(self, request: SubagentStartRequest) -> str | None:
+        """Why the product would refuse ``request`` by its own limits, naming the field and both
+        sizes, or ``None``. ``SubagentService.check`` asks it too, so a background job is
+        refused before it is queued."""
+        limit = self.max_prompt_chars
+        size = sum(len(text) for text in request.texts)
+        if limit is not None and size > limit:
+            return (
+                f'the "prompt" field is {size:,} characters; {self.product} accepts at most'
+                f" {limit:,}"
+            )
+        return None
 
     def start_failure(self, category: str = "unknown") -> ProductFailure:
         """The product's safe start failure at ``start_stage``."""

@@ -202,6 +202,10 @@ class SubagentResult:
     stop_reason: StopReason
     output: tuple[TextBlock, ...] = ()
     diagnostic: str | None = None
+    structured_output: Any = None
+    """The answer parsed as JSON and checked against the request's ``output_schema`` (the
+    service sets it on a completed run whose request had one; ``output`` is then the value as
+    compact JSON). ``None`` otherwise: read ``output`` to tell a JSON ``null`` apart."""
 
     def __post_init__(self) -> None:
         reason: object = self.stop_reason

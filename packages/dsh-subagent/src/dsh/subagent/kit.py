@@ -41,6 +41,7 @@ from dsh.subagent._doctor import DoctorCheck, credential_checks, payload_check, 
 from dsh.subagent._env_config import check_env_names, check_env_overlay
 from dsh.subagent._latch import ResultLatch
 from dsh.subagent._loopback_demo import LoopbackDemo, LoopbackServer
+from dsh.subagent._output_schema import compact_json
 from dsh.subagent._owned_dirs import (
     copy_home_template,
     make_off_loop,
@@ -91,6 +92,7 @@ __all__ = [
     "check_env_names",
     "check_env_overlay",
     "check_one_shot_request",
+    "compact_json",
     "copy_home_template",
     "credential_checks",
     "failure_line",

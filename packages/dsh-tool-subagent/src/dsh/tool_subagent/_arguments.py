@@ -19,10 +19,12 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
 from dsh.subagent import Parent, SubagentStartRequest, TextBlock
 from dsh.tool_subagent._contract import Caller
+from dsh.tool_subagent._model_options import CommandLine
+from dsh.tool_subagent._output_schema import checked_schema, read_schema_file, schema_json
 
 __all__ = ["FOR_MODEL", "DelegationArguments"]
 
@@ -58,6 +60,19 @@ class DelegationArguments(BaseModel):
         FOR_MODEL,
         Field(description="Return a job id at once instead of waiting (default false)."),
     ] = False
+    #: The answer's JSON Schema (caller-only: a tool's fixed schema is its ``output_schema``
+    #: setting): JSON Schema data, or a pydantic model class whose instance comes back.
+    output_schema: Annotated[
+        dict[str, Any] | type[BaseModel] | None,
+        AfterValidator(checked_schema),
+        WithJsonSchema({"type": "object"}),
+        CommandLine(
+            "--output-schema",
+            "the answer must be JSON matching the JSON Schema in FILE; prints it compact",
+            "FILE",
+            read_schema_file,
+        ),
+    ] = None
 
     @classmethod
     def input_schema(cls, *, background: bool) -> dict[str, Any]:
@@ -91,6 +106,8 @@ class DelegationArguments(BaseModel):
             for name in sorted(_REQUEST_FIELDS & set(type(self).model_fields))
             if (value := getattr(self, name)) is not None
         }
+        if self.output_schema is not None:  # a model class is sent as its JSON Schema
+            extra["output_schema"] = schema_json(self.output_schema)
         return SubagentStartRequest(
             prompt=(TextBlock(self.prompt),),
             parent=Parent(session_id=caller.session_id, cwd=caller.cwd),

@@ -26,6 +26,7 @@ from dsh.subagent import (
 from dsh.tool_subagent._contract import Tool
 from dsh.tool_subagent._detached import DetachedExecutor
 from dsh.tool_subagent._known_providers import KNOWN_PROVIDERS, load_provider
+from dsh.tool_subagent._output_schema import PROFILE_DIR
 from dsh.tool_subagent._portable_job import WORKER_SETUP
 from dsh.tool_subagent._tool import SubagentTool, SubagentToolConfig
 from dsh.tool_subagent.errors import MountError, ProfileError
@@ -218,14 +219,16 @@ class Harness:
         """
         data: Mapping[str, Any]
         is_default = profile is None
+        context: dict[str, Any] = {}
         if profile is None:
             data = default_profile()
         elif isinstance(profile, Mapping):
             data = profile
         else:
             data = read_profile(profile)
+            context[PROFILE_DIR] = Path(profile).parent  # a schema file's path starts there
         try:
-            model = ProfileModel.model_validate(data)
+            model = ProfileModel.model_validate(data, context=context)
         except pydantic.ValidationError as exc:
             raise _problems(exc) from exc
         only = None

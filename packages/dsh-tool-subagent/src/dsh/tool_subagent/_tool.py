@@ -7,7 +7,7 @@ import logging
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from dsh.jobs import JobRegistry, JobWork
 from dsh.jobs.tools import ToolBase, ToolResult
@@ -25,6 +25,7 @@ from dsh.tool_subagent._job_work import background_outcome
 from dsh.tool_subagent._limits import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TIMEOUT_S, RunLimits
 from dsh.tool_subagent._model_options import CommandLine
 from dsh.tool_subagent._otel import DelegationLabels, trace_carrier
+from dsh.tool_subagent._output_schema import OutputType, as_output, checked_schema, tool_schema
 from dsh.tool_subagent._portable_job import portable_delegation
 from dsh.tool_subagent._workspace import (
     DEFAULT_BRANCH_PREFIX,
@@ -106,6 +107,12 @@ class SubagentToolConfig(BaseModel):
         BranchPrefix,
         CommandLine("--branch-prefix", "a worktree run's branch prefix (default dsh/)", "PREFIX"),
     ] = DEFAULT_BRANCH_PREFIX
+
+    #: The answer's JSON Schema for every delegation of this tool (a caller's own wins): an
+    #: inline table, or the path of a JSON file (relative to the profile file's directory).
+    output_schema: Annotated[
+        dict[str, Any] | None, BeforeValidator(tool_schema), AfterValidator(checked_schema)
+    ] = None
 
     @property
     def limits(self) -> RunLimits:
@@ -248,6 +255,8 @@ class SubagentTool(ToolBase[Caller]):
         return await self._delegate(arguments, caller)
 
     async def _delegate(self, arguments: DelegationArguments, caller: Caller) -> ToolResult:
+        if arguments.output_schema is None and self.config.output_schema is not None:
+            arguments = arguments.model_copy(update={"output_schema": self.config.output_schema})
         depth = self.config.max_depth
         request = arguments.request(caller, depth if isinstance(depth, int) else None)
         if self.config.workspace == "worktree":
@@ -257,9 +266,11 @@ class SubagentTool(ToolBase[Caller]):
                 return ToolResult(text=str(exc), is_error=True)
         if arguments.run_in_background:
             return self._background(request, arguments.description, caller)
-        return await self._foreground(request)
+        return await self._foreground(request, arguments.output_schema)
 
-    async def _foreground(self, request: SubagentStartRequest) -> ToolResult:
+    async def _foreground(
+        self, request: SubagentStartRequest, output_type: OutputType | None = None
+    ) -> ToolResult:
         limits, workspace = self.config.limits, self.config.workspace_options
         end = await run_to_end(
             self.service,
@@ -279,7 +290,10 @@ class SubagentTool(ToolBase[Caller]):
         if isinstance(end, Interrupted):
             raise end.error
         result, dispose = end.result, end.dispose
-        value = {"stop_reason": str(result.stop_reason), "diagnostic": result.diagnostic}
+        value: dict[str, Any] = {
+            "stop_reason": str(result.stop_reason),
+            "diagnostic": result.diagnostic,
+        }
         meta, changes = end.host_facts(), end.changes
         if end.limit is not None:
             value["limit"] = end.limit_field
@@ -290,6 +304,13 @@ class SubagentTool(ToolBase[Caller]):
                 text=with_changes(text, changes), is_error=True, value=value, meta=meta
             )
         if result.stop_reason == StopReason.COMPLETED:
+            if output_type is not None:
+                try:  # the JSON matched the schema (the service checked it)
+                    value["structured_output"] = as_output(output_type, result.structured_output)
+                except ValueError as exc:
+                    value["stop_reason"] = str(StopReason.ERROR)
+                    text = f"{_HEADLINES[StopReason.ERROR]}\nDiagnostic: {exc}"
+                    return ToolResult(text=text, is_error=True, value=value, meta=meta)
             if dispose is None:
                 return ToolResult(text=with_changes(result.text, changes), value=value, meta=meta)
             text = f"subagent run completed; dispose failed: {dispose}\n{result.text}"
