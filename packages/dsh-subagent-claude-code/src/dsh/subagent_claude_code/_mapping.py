@@ -108,5 +108,7 @@ def result_facts(message: ResultMessage, assistant_error: str | None) -> Failure
 def request_flags(request: ResolvedStartRequest) -> list[str]:
     """The CLI flags a checked request adds to the launch: where a request field becomes
     Claude Code's (the prompt itself goes through the SDK's stream)."""
-    del request  # no request field sets a flag yet
-    return []
+    flags: list[str] = []
+    if request.max_cost_usd is not None:  # the CLI ends the run itself past this figure
+        flags += ["--max-budget-usd", f"{request.max_cost_usd:g}"]
+    return flags

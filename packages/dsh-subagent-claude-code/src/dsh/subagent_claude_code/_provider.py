@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from dsh.subagent import DemoPlan, ResolvedStartRequest
+from dsh.subagent import Capabilities, DemoPlan, ResolvedStartRequest
 from dsh.subagent.kit import Launch, ProductInstall, ProductProvider
 from dsh.subagent_claude_code import _command
 from dsh.subagent_claude_code._command import (
@@ -75,6 +75,8 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeProviderConfig, ClaudeCodeRun
     prefix = PREFIX
     product = PRODUCT
     start_stage = "query-start"
+    #: ``max_cost_usd`` becomes the CLI's own ``--max-budget-usd`` (``request_flags``).
+    capabilities = Capabilities(cost_limit=True)
     owned_dir_tag = RUN_DIR_TAG
     log = _log
 

@@ -129,7 +129,7 @@ class RunReader(RunTeardown):
             # Cumulative over the thread; one-shot runs have one turn, so this is the run's.
             # Codex sends one per model response (measured), so their count is the requests'.
             self._usage_reports += 1
-            self._usage = usage_from_token_usage(params, model_requests=self._usage_reports)
+            self._report_usage(usage_from_token_usage(params, model_requests=self._usage_reports))
 
     def _on_turn_started(self, result: dict[str, Any] | None, error: BaseException | None) -> None:
         if self._turn_start_timer is not None:
