@@ -30,7 +30,7 @@ _USAGE_KEYS = {
 def usage_from_result(message: ResultMessage, model_requests: int | None) -> UsageFacts:
     """The run's facts: summed over ``model_usage`` where present (it includes subagent tokens
     that ``usage`` leaves out), else ``usage``; the cost is ``total_cost_usd`` as stated."""
-    counts = _summed(message.model_usage, _MODEL_KEYS) or _from_usage(message.usage)
+    counts: dict[str, Any] = _summed(message.model_usage, _MODEL_KEYS) or _from_usage(message.usage)
     windows = [
         window
         for entry in (message.model_usage or {}).values()
@@ -113,7 +113,7 @@ class StreamedUsage:
 
     def facts(self) -> UsageFacts:
         """The sums over the responses seen so far."""
-        sums: dict[str, int | None] = {}
+        sums: dict[str, Any] = {}
         for fact in _USAGE_KEYS:
             known = [counts[fact] for counts in self._responses.values() if fact in counts]
             sums[fact] = sum(known) if known else None

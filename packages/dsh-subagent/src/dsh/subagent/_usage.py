@@ -30,6 +30,13 @@ class UsageFacts:
     context_window: int | None = None
     cost_usd: float | None = None
     model_requests: int | None = None
+    #: The account's rate-limit state as the product last reported it (docs/usage-facts.md):
+    #: the share of the window used (0-100), the window, when it resets (Unix seconds), and the
+    #: product's own word for a limit that was reached.
+    rate_limit_used_percent: float | None = None
+    rate_limit_window_minutes: int | None = None
+    rate_limit_resets_at: int | None = None
+    rate_limit_reached: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The facts as a JSON object, omitting unknown ones."""
