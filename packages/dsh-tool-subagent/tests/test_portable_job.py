@@ -87,9 +87,16 @@ async def test_a_portable_job_carries_plain_data_and_ends_like_a_local_one(tmp_p
             "max_depth": None,
             "tool_filter": None,
             "persona": None,
+            "max_cost_usd": None,
         },
         # The tool's limits travel too; the worker enforces them (docs/liveness.md).
-        "limits": {"timeout_s": None, "stall_timeout_s": 900.0},
+        "limits": {
+            "timeout_s": None,
+            "stall_timeout_s": 900.0,
+            "max_total_tokens": 50_000_000,
+            "max_output_tokens": None,
+            "max_cost_usd": None,
+        },
         # A shared workspace (the default) sends no worktree settings.
         "workspace": None,
         # Names for the worker's span, and the caller's trace context (none is current here).

@@ -112,11 +112,15 @@ def request_flags(request: ResolvedStartRequest) -> list[str]:
 
     ``output_schema`` is ``--json-schema <json>``, the flag the SDK's ``output_format``
     (``{"type": "json_schema", "schema": ...}``) becomes: the CLI adds its ``StructuredOutput``
-    tool, which the model must call once at the end.
+    tool, which the model must call once at the end. ``max_cost_usd`` is ``--max-budget-usd``:
+    the CLI ends the run itself past that figure.
     """
-    if request.output_schema is None:
-        return []
-    return ["--json-schema", compact_json(request.output_schema)]
+    flags: list[str] = []
+    if request.output_schema is not None:
+        flags += ["--json-schema", compact_json(request.output_schema)]
+    if request.max_cost_usd is not None:
+        flags += ["--max-budget-usd", f"{request.max_cost_usd:g}"]
+    return flags
 
 
 def structured_answer(message: ResultMessage) -> str | None:

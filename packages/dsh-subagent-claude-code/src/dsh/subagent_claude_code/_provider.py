@@ -74,8 +74,9 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeProviderConfig, ClaudeCodeRun
     install = _INSTALL
     prefix = PREFIX
     product = PRODUCT
-    #: ``output_schema``: mapped in ``_mapping`` (docs/structured-output.md).
-    capabilities = Capabilities(output_schema=True)
+    #: Both mapped in ``_mapping.request_flags``: ``output_schema`` (docs/structured-output.md)
+    #: and ``max_cost_usd``, the CLI's own ``--max-budget-usd``.
+    capabilities = Capabilities(output_schema=True, cost_limit=True)
     start_stage = "query-start"
     owned_dir_tag = RUN_DIR_TAG
     log = _log

@@ -17,6 +17,7 @@ from claude_agent_sdk import (
     PermissionResultDeny,
     ProcessError,
     ResultMessage,
+    StreamEvent,
     SystemMessage,
     ToolPermissionContext,
     query,
@@ -49,7 +50,7 @@ from dsh.subagent_claude_code._mapping import (
     structured_answer,
 )
 from dsh.subagent_claude_code._transport import DshTransport
-from dsh.subagent_claude_code._usage import usage_from_result
+from dsh.subagent_claude_code._usage import StreamedUsage, usage_from_result
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
 from dsh.subprocess import ManagedProcess, SpawnSpec, SubprocessRuntime
 
@@ -111,6 +112,7 @@ class ClaudeCodeRun(ProductRun):
         self._warm = False
         # Distinct API message ids seen: one per model request the CLI made.
         self._message_ids: set[str] = set()
+        self._streamed = StreamedUsage()
 
     # ---- ProductRun ---------------------------------------------------------------------
 
@@ -247,9 +249,12 @@ class ClaudeCodeRun(ProductRun):
         error: BaseException | None = None
         try:
             async for message in messages:
-                if isinstance(message, ResultMessage):
+                if isinstance(message, StreamEvent):
+                    if self._streamed.stream_event(message.event, message.parent_tool_use_id):
+                        self._report_usage(self._streamed.facts())
+                elif isinstance(message, ResultMessage):
                     last_result = message
-                    self._usage = usage_from_result(message, len(self._message_ids) or None)
+                    self._report_usage(usage_from_result(message, len(self._message_ids) or None))
                     success = self._answer(message)
                     self._arm_dispose()
                 elif isinstance(message, AssistantMessage):
@@ -257,6 +262,8 @@ class ClaudeCodeRun(ProductRun):
                         self._first_output = self._transport.activity.last
                     if message.message_id is not None:
                         self._message_ids.add(message.message_id)
+                    if self._streamed.merge(message.message_id, message.usage):
+                        self._report_usage(self._streamed.facts())
                     if message.error is not None:
                         assistant_error = str(message.error)
                 elif isinstance(message, SystemMessage) and message.subtype == "permission_denied":

@@ -39,8 +39,9 @@ MODE_FIELDS: Final[Mapping[str, Mapping[str, str]]] = {
 #: deltas (model text, reasoning, command output) are kept: each one moves the run's activity
 #: stamp, so a model that is still answering or a command that is still printing is not taken
 #: for a stall by the caller's ``stall_timeout_s`` (docs/liveness.md). ``thread/tokenUsage/updated``
-#: is kept too: it carries the run's usage facts (issue 26).
-OPT_OUT_NOTIFICATIONS: Final = ("account/rateLimits/updated",)
+#: and ``account/rateLimits/updated`` are kept too: they carry the run's usage and rate-limit
+#: facts (issues 26 and 39).
+OPT_OUT_NOTIFICATIONS: Final[tuple[str, ...]] = ()
 
 STRING_VARIANTS: Final = frozenset(
     {

@@ -8,7 +8,10 @@ rules are written here once.
 from __future__ import annotations
 
 import abc
+import contextlib
+import logging
 import uuid
+from collections.abc import Callable
 from types import TracebackType
 from typing import ClassVar, Protocol, Self
 
@@ -17,10 +20,12 @@ from dsh.subagent._closing import CloseOnce
 from dsh.subagent._diagnostics import FailureFacts
 from dsh.subagent._latch import ResultLatch
 from dsh.subagent._types import ResolvedStartRequest, SubagentResult
-from dsh.subagent._usage import UsageFacts
+from dsh.subagent._usage import UsageFacts, UsageWatch
 from dsh.subagent.errors import ProductFailure
 
 __all__ = ["ProcessHandle", "ProductRun"]
+
+_log = logging.getLogger("dsh.subagent")
 
 
 class ProcessHandle(Protocol):
@@ -76,6 +81,7 @@ class ProductRun(abc.ABC):
         self._activity = ActivityStamp()
         self._first_output: float | None = None
         self._usage: UsageFacts | None = None
+        self._usage_watches: list[UsageWatch] = []
 
     # -- SubagentRun -----------------------------------------------------------------------
     @property
@@ -96,6 +102,25 @@ class ProductRun(abc.ABC):
     def usage(self) -> UsageFacts | None:
         """What the product last reported the run spent (host-only; ``None`` before any report)."""
         return self._usage
+
+    def watch_usage(self, callback: UsageWatch) -> Callable[[], None]:
+        """Call ``callback`` on each usage report (:meth:`_report_usage`); returns its remover."""
+        self._usage_watches.append(callback)
+
+        def stop() -> None:
+            with contextlib.suppress(ValueError):
+                self._usage_watches.remove(callback)
+
+        return stop
+
+    def _report_usage(self, usage: UsageFacts) -> None:
+        """What the product reported the run spent so far: kept, and told to each watcher."""
+        self._usage = usage
+        for callback in tuple(self._usage_watches):
+            try:
+                callback(usage)
+            except Exception:
+                _log.exception("a usage watcher raised; ignored")
 
     async def result(self) -> SubagentResult:
         return await self._latch.wait()

@@ -28,7 +28,7 @@ from dsh.subagent._types import (
     SubagentRun,
     SubagentStartRequest,
 )
-from dsh.subagent._usage import UsageFacts
+from dsh.subagent._usage import UsageFacts, UsageWatch, watch_usage
 from dsh.subagent.errors import SubagentError
 
 __all__ = ["PublishedRun", "SubagentService"]
@@ -88,6 +88,10 @@ class PublishedRun:
         """The provider run's usage facts, host-only (``None`` when it reports none)."""
         usage = getattr(self._inner, "usage", None)
         return usage if isinstance(usage, UsageFacts) else None
+
+    def watch_usage(self, callback: UsageWatch) -> Callable[[], None] | None:
+        """The provider run's usage reports as they happen (``None``: it offers none)."""
+        return watch_usage(self._inner, callback)
 
     @property
     def inner(self) -> SubagentRun:

@@ -72,6 +72,9 @@ class Capabilities:
     depth_limit: bool = False
     tool_filter: bool = False
     persona: bool = False
+    #: The product stops a run itself once its own cost figure passes the request's
+    #: ``max_cost_usd`` (Claude Code's ``--max-budget-usd``).
+    cost_limit: bool = False
 
 
 NO_START_CAPABILITIES = Capabilities()
@@ -120,6 +123,8 @@ class SubagentStartRequest:
     max_depth: int | None = _needs("depth_limit")
     tool_filter: Sequence[str] | None = _needs("tool_filter")
     persona: str | None = _needs("persona")
+    #: The caller's cost cap in USD, for a product that enforces one itself (docs/liveness.md).
+    max_cost_usd: float | None = _needs("cost_limit")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prompt", _as_tuple("prompt", self.prompt))

@@ -55,7 +55,13 @@ from dsh.subagent._owned_dirs import (
 from dsh.subagent._product_provider import EnvNames, Launch, ProductProvider
 from dsh.subagent._product_run import ProcessHandle, ProductRun
 from dsh.subagent._provider_base import ProductInstall, ProviderBase, product_config_dir
-from dsh.subagent._usage import RunTimings, UsageFacts, non_negative_int
+from dsh.subagent._usage import (
+    RunTimings,
+    UsageFacts,
+    UsageWatch,
+    non_negative_int,
+    watch_usage,
+)
 from dsh.subagent._warm import WARM_START_TIMEOUT_S, WarmPool
 from dsh.subagent.errors import ProductFailure
 
@@ -87,6 +93,7 @@ __all__ = [
     "RunLimits",
     "RunTimings",
     "UsageFacts",
+    "UsageWatch",
     "WarmPool",
     "bound_diagnostic",
     "check_env_names",
@@ -109,4 +116,5 @@ __all__ = [
     "sweep_lost_dirs",
     "sweep_lost_dirs_once",
     "version_check",
+    "watch_usage",
 ]

@@ -6,6 +6,7 @@ import logging
 import os
 import tomllib
 from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -319,17 +320,12 @@ class Harness:
         for name in self.subagents.names():
             provider = self.subagents.get(name)
             assert provider is not None
-            caps = provider.capabilities
             providers.append(
                 {
                     "name": name,
                     "kind": self._kinds.get(name),
-                    "capabilities": {
-                        "output_schema": caps.output_schema,
-                        "depth_limit": caps.depth_limit,
-                        "tool_filter": caps.tool_filter,
-                        "persona": caps.persona,
-                    },
+                    # Every field, so a new capability shows with no change here.
+                    "capabilities": asdict(provider.capabilities),
                     "inherits_parent_context": provider.inherits_parent_context,
                 }
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
@@ -22,7 +23,12 @@ from dsh.tool_subagent._arguments import DelegationArguments
 from dsh.tool_subagent._contract import Caller, Tool
 from dsh.tool_subagent._delegation import Interrupted, killed, run_to_end
 from dsh.tool_subagent._job_work import background_outcome
-from dsh.tool_subagent._limits import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TIMEOUT_S, RunLimits
+from dsh.tool_subagent._limits import (
+    DEFAULT_MAX_TOTAL_TOKENS,
+    DEFAULT_STALL_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
+    RunLimits,
+)
 from dsh.tool_subagent._model_options import CommandLine
 from dsh.tool_subagent._otel import DelegationLabels, trace_carrier
 from dsh.tool_subagent._output_schema import OutputType, as_output, checked_schema, tool_schema
@@ -46,6 +52,10 @@ DEFAULT_MAX_DEPTH = 3
 
 #: A limit in seconds: a number (not a bool or a string) above 0 and finite.
 Seconds = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
+#: A token cap: a whole number (not a bool, a float or a string) above 0.
+Tokens = Annotated[int, Field(strict=True, gt=0)]
+#: A cost cap in USD: a number above 0 and finite.
+Usd = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
 BranchPrefix = Annotated[str, AfterValidator(check_branch_prefix)]
 
 _HEADLINES = {
@@ -85,6 +95,37 @@ class SubagentToolConfig(BaseModel):
             float,
         ),
     ] = DEFAULT_STALL_TIMEOUT_S
+    #: The caller's spend caps (docs/liveness.md), checked on each usage report of the run.
+    max_total_tokens: Annotated[
+        Tokens,
+        CommandLine(
+            "--max-total-tokens",
+            "stop the run once the product reports TOKENS tokens spent (the tool's"
+            " max_total_tokens; default: the profile's, else 50000000), exit 1",
+            "TOKENS",
+            int,
+        ),
+    ] = DEFAULT_MAX_TOTAL_TOKENS
+    max_output_tokens: Annotated[
+        Tokens | None,
+        CommandLine(
+            "--max-output-tokens",
+            "stop the run once the product reports TOKENS output tokens (max_output_tokens)",
+            "TOKENS",
+            int,
+        ),
+    ] = None
+    #: Only for a provider that enforces a cost cap itself (``cost_limit``: Claude Code).
+    max_cost_usd: Annotated[
+        Usd | None,
+        CommandLine(
+            "--max-cost-usd",
+            "stop the run once the product's own cost figure reaches USD (max_cost_usd;"
+            " Claude Code only)",
+            "USD",
+            float,
+        ),
+    ] = None
     #: Where the product works: the caller's cwd, or a git worktree per run (docs/workspaces.md).
     workspace: Annotated[
         Literal["shared", "worktree"],
@@ -116,7 +157,13 @@ class SubagentToolConfig(BaseModel):
 
     @property
     def limits(self) -> RunLimits:
-        return RunLimits(timeout_s=self.timeout_s, stall_timeout_s=self.stall_timeout_s)
+        return RunLimits(
+            timeout_s=self.timeout_s,
+            stall_timeout_s=self.stall_timeout_s,
+            max_total_tokens=self.max_total_tokens,
+            max_output_tokens=self.max_output_tokens,
+            max_cost_usd=self.max_cost_usd,
+        )
 
     @property
     def workspace_options(self) -> WorkspaceOptions | None:
@@ -189,6 +236,12 @@ class SubagentTool(ToolBase[Caller]):
                 ' — set max_depth = "provider-managed"',
                 field="max_depth",
             )
+        if config.max_cost_usd is not None and not provider.capabilities.cost_limit:
+            raise MountError(
+                f'provider "{config.provider}" cannot enforce max_cost_usd (no cost_limit'
+                " capability: its product states no cost) — use max_total_tokens",
+                field="max_cost_usd",
+            )
         self.config = config
         self.service = service
         self.jobs = jobs
@@ -259,6 +312,8 @@ class SubagentTool(ToolBase[Caller]):
             arguments = arguments.model_copy(update={"output_schema": self.config.output_schema})
         depth = self.config.max_depth
         request = arguments.request(caller, depth if isinstance(depth, int) else None)
+        if self.config.max_cost_usd is not None:  # the product's own cap; dsh checks it too
+            request = replace(request, max_cost_usd=self.config.max_cost_usd)
         if self.config.workspace == "worktree":
             try:  # refused before anything is spawned or a job is started
                 find_repository(caller.cwd)
