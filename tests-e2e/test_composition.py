@@ -19,12 +19,16 @@ from dsh.subprocess.testing import describe_processes, spawner_processes
 from dsh.tool_subagent import Harness
 from dsh.tool_subagent._demo.scenarios import owned_marked_processes
 
-NO_CAPABILITIES = {
-    "output_schema": False,
+#: Both product providers honour an output schema (issue 40); Claude Code also stops a run
+#: itself past a cost (issue 39).
+CODEX_CAPABILITIES = {
+    "output_schema": True,
     "depth_limit": False,
     "tool_filter": False,
     "persona": False,
+    "cost_limit": False,
 }
+CLAUDE_CAPABILITIES = {**CODEX_CAPABILITIES, "cost_limit": True}
 WITH_BACKGROUND = ["description", "prompt", "run_in_background"]
 REQUIRED = ["description", "prompt"]
 JOB_TOOLS = ["job_output", "job_list", "job_kill"]
@@ -71,19 +75,19 @@ THREE_CODEX_DESCRIBED = {
         {
             "name": "codex",
             "kind": "codex",
-            "capabilities": NO_CAPABILITIES,
+            "capabilities": CODEX_CAPABILITIES,
             "inherits_parent_context": False,
         },
         {
             "name": "codex-primary",
             "kind": "codex",
-            "capabilities": NO_CAPABILITIES,
+            "capabilities": CODEX_CAPABILITIES,
             "inherits_parent_context": False,
         },
         {
             "name": "codex-review",
             "kind": "codex",
-            "capabilities": NO_CAPABILITIES,
+            "capabilities": CODEX_CAPABILITIES,
             "inherits_parent_context": False,
         },
     ],
@@ -143,13 +147,13 @@ MIXED_DESCRIBED = {
         {
             "name": "codex-primary",
             "kind": "codex",
-            "capabilities": NO_CAPABILITIES,
+            "capabilities": CODEX_CAPABILITIES,
             "inherits_parent_context": False,
         },
         {
             "name": "claude-code",
             "kind": "claude-code",
-            "capabilities": NO_CAPABILITIES,
+            "capabilities": CLAUDE_CAPABILITIES,
             "inherits_parent_context": False,
         },
     ],

@@ -1,7 +1,9 @@
 """``dsh demo`` runs the real products against the loopback servers and exits 0 in under 60 s.
 
 The demo runs as a program (``sys.executable -m dsh.tool_subagent._cli demo``) through
-``dsh.subprocess``; its one table is parsed row by row and every outcome is checked.
+``dsh.subprocess``; its one table is parsed row by row and every outcome is checked. The expected
+rows follow the product table: each of its products, in its order, in every scenario its plan
+takes part in.
 """
 
 from __future__ import annotations
@@ -11,54 +13,86 @@ import io
 import re
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
+from dsh.subagent import DemoPlan, DemoScenario
 from dsh.subprocess import Collect, SpawnSpec, default_runtime
 from dsh.tool_subagent._demo import command as demo
 from dsh.tool_subagent._demo.scenarios import owned_marked_processes
+from dsh.tool_subagent._known_providers import KNOWN_PROVIDERS, KnownProvider, load_provider
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
 
 DEMO_LIMIT_S = 60.0
 JOB = r"subagent-[0-9a-f]{12}"
 COUNTS = r"dsh-marked processes: [1-9]\d* mid-turn → 0 after"
-EXPECTED_ROWS = [
-    ("foreground answer", "Codex", re.escape('✓ answer: "Hello from Codex."')),
-    ("foreground answer", "Claude Code", re.escape('✓ answer: "Hello from Claude Code."')),
-    (
-        "background job",
-        "Codex",
-        f"✓ {JOB} → job_output: "
-        + re.escape('"Codex finished in the background." [status: completed]'),
+#: The demo's scenarios in its order (each product of the table in table order within one).
+SCENARIOS: tuple[DemoScenario, ...] = (
+    "foreground answer",
+    "background job",
+    "model failure",
+    "cancel via job_kill",
+    "cancel the tool call",
+)
+#: The shipped products' model failures, pinned: what each real product reports.
+PINNED_FAILURES = {
+    "Codex": re.escape(
+        "✓ HTTP 503 → Product subagent failure (product: Codex; stage: turn; category: "
+        "httpConnectionFailed; HTTP status: 503)"
     ),
-    (
-        "background job",
-        "Claude Code",
-        f"✓ {JOB} → job_output: "
-        + re.escape('"Claude Code finished in the background." [status: completed]'),
+    "Claude Code": re.escape(
+        "✓ HTTP 401 → Product subagent failure (product: Claude Code; stage: query-run; "
+        "category: authentication; HTTP status: 401; exit code: 1)"
     ),
-    (
-        "model failure",
-        "Codex",
-        re.escape(
-            "✓ HTTP 503 → Product subagent failure (product: Codex; stage: turn; category: "
-            "httpConnectionFailed; HTTP status: 503)"
-        ),
-    ),
-    (
-        "model failure",
-        "Claude Code",
-        re.escape(
-            "✓ HTTP 401 → Product subagent failure (product: Claude Code; stage: query-run; "
-            "category: authentication; HTTP status: 401; exit code: 1)"
-        ),
-    ),
-    ("cancel via job_kill", "Codex", f"✓ job_kill {JOB} → \\[status: killed\\]; {COUNTS}"),
-    ("cancel the tool call", "Claude Code", f"✓ tool call cancelled; {COUNTS}"),
-]
+}
+
+
+def _outcome(scenario: DemoScenario, product: str) -> str:
+    """The pattern of a row's outcome: the same words for every product, but for the shipped
+    products' pinned failures (any other product: a safe failure line naming it)."""
+    if scenario == "foreground answer":
+        return re.escape(f'✓ answer: "Hello from {product}."')
+    if scenario == "background job":
+        said = re.escape(f'"{product} finished in the background." [status: completed]')
+        return f"✓ {JOB} → job_output: {said}"
+    if scenario == "model failure":
+        named = re.escape(f"Product subagent failure (product: {product}; ")
+        return PINNED_FAILURES.get(product, f"✓ HTTP \\d{{3}} → {named}[^()]*\\)")
+    if scenario == "cancel via job_kill":
+        return f"✓ job_kill {JOB} → \\[status: killed\\]; {COUNTS}"
+    return f"✓ tool call cancelled; {COUNTS}"
+
+
+def _plan(known: KnownProvider) -> DemoPlan:
+    """The product's demo plan, through its entry point as ``dsh demo`` finds it."""
+    plan: DemoPlan = type(load_provider(known.kind)).demo()  # type: ignore[attr-defined]
+    return plan
+
+
+def expected_rows(products: Sequence[KnownProvider]) -> list[tuple[str, str, str]]:
+    """(scenario, product, outcome pattern) per row of a demo of ``products``, in table order."""
+    plans = {known.product: _plan(known).scenarios for known in products}
+    return [
+        (scenario, product, _outcome(scenario, product))
+        for scenario in SCENARIOS
+        for product, takes_part in plans.items()
+        if scenario in takes_part
+    ]
+
+
+def not_installed(missing: Sequence[KnownProvider]) -> str:
+    """The demo's note on the table's products that are not installed."""
+    names = " and ".join(f"the {known.product} provider" for known in missing)
+    if len(missing) == 1:
+        return (
+            f'{names} is not installed; install it with pip install "dsh-tool-subagent'
+            f'[{missing[0].extra}]" (or "dsh-tool-subagent[all]" for everything)'
+        )
+    return f'{names} are not installed; install them with pip install "dsh-tool-subagent[all]"'
 
 
 def _dsh_dirs(root: Path) -> list[str]:
@@ -100,79 +134,62 @@ async def test_dsh_demo_exits_0_with_every_scenario_behaving(tmp_path: Path) -> 
     assert lines[0].rstrip() == demo.TITLE
     assert _table_rows(out, "┃") == [["scenario", "product", "outcome", "time"]]
     rows = _table_rows(out, "│")
-    assert len(rows) == len(EXPECTED_ROWS)
-    for row, (scenario, product, outcome_pattern) in zip(rows, EXPECTED_ROWS, strict=True):
+    expected = expected_rows(KNOWN_PROVIDERS)
+    assert len(rows) == len(expected)
+    for row, (scenario, product, outcome_pattern) in zip(rows, expected, strict=True):
         assert row[:2] == [scenario, product]
         assert re.fullmatch(outcome_pattern, row[2]), row[2]
         assert re.fullmatch(r"\d+\.\d s", row[3]), row[3]
     summary = lines[-1]
+    products = " and ".join(known.product for known in KNOWN_PROVIDERS)
     assert re.fullmatch(
-        r"All 8 scenarios behaved as expected in \d+\.\d s: the real Codex and Claude Code"
-        r" products answered, ran as background jobs, reported failures with a safe diagnostic"
-        r" and were cancelled leaving no process behind \(loopback model servers, no key, no"
-        r" network\)\.",
+        rf"All {len(expected)} scenarios behaved as expected in \d+\.\d s: the real"
+        rf" {re.escape(products)} products answered, ran as background jobs, reported failures"
+        r" with a safe diagnostic and were cancelled leaving no process behind \(loopback model"
+        r" servers, no key, no network\)\.",
         summary,
     ), summary
     assert _dsh_dirs(temp) == []
     assert await asyncio.to_thread(owned_marked_processes, proc.pid) == []
 
 
-# A partial install runs the installed half (issue 15); only an install with neither provider
-# stops the demo.
+# A partial install runs the installed half (issue 15); only an install with no provider stops
+# the demo. The notes name every row of the product table that is not installed.
 def test_demo_names_the_extras_to_install_and_fails_with_no_provider(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    message = (
-        "the Codex provider and the Claude Code provider are not installed; install them"
-        ' with pip install "dsh-tool-subagent[all]"'
-    )
     monkeypatch.setattr(demo, "installed_provider_kinds", lambda: ())
     buffer = io.StringIO()
     code = demo.main(console=Console(file=buffer, width=300))
     assert code == 1
-    assert buffer.getvalue() == f"dsh demo did not run: {message}\n"
+    assert buffer.getvalue() == f"dsh demo did not run: {not_installed(KNOWN_PROVIDERS)}\n"
 
 
-@pytest.mark.parametrize(
-    ("installed", "product", "note"),
-    [
-        (
-            "codex",
-            "Codex",
-            'the Claude Code provider is not installed; install it with pip install "dsh-tool-'
-            'subagent[claude-code]" (or "dsh-tool-subagent[all]" for everything)',
-        ),
-        (
-            "claude-code",
-            "Claude Code",
-            'the Codex provider is not installed; install it with pip install "dsh-tool-'
-            'subagent[codex]" (or "dsh-tool-subagent[all]" for everything)',
-        ),
-    ],
-)
-def test_partial_install_runs_the_installed_half_and_names_the_other(
-    monkeypatch: pytest.MonkeyPatch, installed: str, product: str, note: str
+@pytest.mark.parametrize("known", KNOWN_PROVIDERS, ids=lambda known: known.kind)
+def test_partial_install_runs_the_installed_one_and_names_the_others(
+    monkeypatch: pytest.MonkeyPatch, known: KnownProvider
 ) -> None:
-    monkeypatch.setattr(demo, "installed_provider_kinds", lambda: (installed,))
+    monkeypatch.setattr(demo, "installed_provider_kinds", lambda: (known.kind,))
     buffer = io.StringIO()
     code = demo.main(console=Console(file=buffer, width=300))
     out = buffer.getvalue()
     assert code == 0, out
     lines = out.splitlines()
+    product = known.product
     assert (
         lines[0].rstrip() == f"dsh demo: the real {product} product against loopback model servers"
     )
-    expected = [row for row in EXPECTED_ROWS if row[1] == product]
+    expected = expected_rows([known])
     rows = _table_rows(out, "│")
     assert len(rows) == len(expected) == 4
     for row, (scenario, row_product, outcome_pattern) in zip(rows, expected, strict=True):
         assert row[:2] == [scenario, row_product]
         assert re.fullmatch(outcome_pattern, row[2]), row[2]
     assert re.fullmatch(
-        rf"All 4 scenarios behaved as expected in \d+\.\d s: the real {product} product"
+        rf"All 4 scenarios behaved as expected in \d+\.\d s: the real {re.escape(product)} product"
         r" answered, ran as a background job, reported a failure with a safe diagnostic and was"
         r" cancelled leaving no process behind \(loopback model servers, no key, no network\)\.",
         lines[-2],
     ), lines[-2]
-    assert lines[-1] == note
+    assert lines[-1] == not_installed([k for k in KNOWN_PROVIDERS if k is not known])
     assert owned_marked_processes() == []

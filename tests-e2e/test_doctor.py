@@ -1,4 +1,5 @@
-"""``dsh doctor`` on the real workspace install: both products, pinned, with usable payloads."""
+"""``dsh doctor`` on the real workspace install: every product of the table, pinned, with usable
+payloads."""
 
 from __future__ import annotations
 
@@ -7,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dsh.subagent_claude_code import CLAUDE_CREDENTIAL_ENV
-from dsh.subagent_codex import CODEX_CREDENTIAL_ENV
 from dsh.tool_subagent._cli import main
+from dsh.tool_subagent._known_providers import KNOWN_PROVIDERS, load_provider
 
 # This machine kind: root with cgroups (a cgroup2 hierarchy beside v1 memory, pids and cpu).
 CONTAINMENT_HERE = (
@@ -65,26 +65,10 @@ def test_doctor_says_which_containment_layers_are_active_and_why_not(
     assert ("codex-x", "limits", failing, "NO") in rows
 
 
-def test_doctor_reports_both_pinned_products_healthy(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setenv("COLUMNS", "200")  # no cell wraps
-    for name in (*CODEX_CREDENTIAL_ENV, *CLAUDE_CREDENTIAL_ENV):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-value-never-shown")
-    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex"))
-    (tmp_path / "codex").mkdir()
-    (tmp_path / "codex" / "auth.json").write_text("{}")
-    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
-    rc = main(["doctor"])
-    out = capsys.readouterr().out
-    rows = {
-        tuple(cell.strip() for cell in line.strip().strip("│").split("│"))
-        for line in out.splitlines()
-        if line.startswith("│")
-    }
+def _pinned_rows() -> set[tuple[str, ...]]:
+    """The exact rows of the two shipped products (their pins and credential names)."""
     codex, claude = "dsh-subagent-codex", "dsh-subagent-claude-code"
-    assert rows == {
+    return {
         ("codex", "package", f"{codex} {version(codex)}", "yes"),
         ("codex", "Codex version", "0.163.0", "yes"),
         ("codex", "Codex payload", "present and executable", "yes"),
@@ -97,8 +81,33 @@ def test_doctor_reports_both_pinned_products_healthy(
         ("claude-code", "isolation", "native", "yes"),
         ("claude-code", "credential variables", "ANTHROPIC_API_KEY", "yes"),
         ("claude-code", "login file", "absent", "yes"),
-        *CONTAINMENT_HERE,
     }
+
+
+def test_doctor_reports_every_product_of_the_table_healthy(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The default profile is every installed kind: exactly the table's products, each healthy
+    (the two shipped ones row by row; any other row of the table by its package and health)."""
+    monkeypatch.setenv("COLUMNS", "200")  # no cell wraps
+    for known in KNOWN_PROVIDERS:
+        for name in load_provider(known.kind).config.credential_env:  # type: ignore[attr-defined]
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-value-never-shown")
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "codex"))
+    (tmp_path / "codex").mkdir()
+    (tmp_path / "codex" / "auth.json").write_text("{}")
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
+    rc = main(["doctor"])
+    out = capsys.readouterr().out
+    rows = _rows(out)
+    assert {row[0] for row in rows} == {"containment", *(k.kind for k in KNOWN_PROVIDERS)}
+    others = {row for row in rows if row[0] not in ("codex", "claude-code", "containment")}
+    assert rows == _pinned_rows() | others | set(CONTAINMENT_HERE)
+    for known in KNOWN_PROVIDERS:
+        dist = known.distribution
+        assert (known.kind, "package", f"{dist} {version(dist)}", "yes") in rows
+    assert all(row[3] == "yes" for row in others), others
     assert rc == 0
     assert "sk-ant-value-never-shown" not in out
 

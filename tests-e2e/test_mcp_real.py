@@ -54,6 +54,8 @@ from dsh.subprocess import (
     marked_processes,
 )
 from dsh.tool_subagent import Harness
+from dsh.tool_subagent._harness import default_tool_name
+from dsh.tool_subagent._known_providers import KNOWN_PROVIDERS
 
 pytestmark = pytest.mark.real_product
 
@@ -170,16 +172,21 @@ class Client:
 
 
 @asynccontextmanager
-async def mcp_client(profile: Path, workspace: Path) -> AsyncIterator[Client]:
+async def mcp_client(profile: Path | None, workspace: Path) -> AsyncIterator[Client]:
+    """``dsh mcp`` with ``profile`` (``None``: the default profile) and a client of the SDK's."""
     assert DSH.is_file(), f"the dsh console script is missing: {DSH}"
     # The SDK passes the server only a few variables of its own environment: hand it the
-    # session's job store (tests-e2e/conftest.py), so it never writes the user's.
-    state = os.environ.get("XDG_STATE_HOME")
+    # session's job store (tests-e2e/conftest.py), so it never writes the user's, and its import
+    # path (a provider installed on it is served too).
+    env = {
+        name: os.environ[name] for name in ("XDG_STATE_HOME", "PYTHONPATH") if name in os.environ
+    }
+    chosen = [] if profile is None else ["--profile", str(profile)]
     params = StdioServerParameters(
         command=str(DSH),
-        args=["mcp", "--profile", str(profile), "--cwd", str(workspace)],
+        args=["mcp", *chosen, "--cwd", str(workspace)],
         cwd=str(workspace),
-        env={"XDG_STATE_HOME": state} if state else None,
+        env=env or None,
     )
     holder: list[Client] = []
 
@@ -261,6 +268,25 @@ def test_each_delegation_tool_names_its_product_and_model() -> None:
         claude
         == 'Delegate a self-contained task to a Claude Code subagent (provider "claude-code")'
     )
+
+
+async def test_the_default_profile_serves_one_delegation_tool_per_product(
+    workspace: Path,
+) -> None:
+    """``dsh mcp`` with no profile serves every installed kind: the product table's products,
+    each with its delegation tool naming the product, and the job tools (tools/list; listing
+    starts no product)."""
+    async with mcp_client(None, workspace) as client:
+        listed = await client.session.list_tools()
+    described = {tool.name: tool.description or "" for tool in listed.tools}
+    delegation = [name for name in described if name not in ("job_output", "job_list", "job_kill")]
+    assert sorted(delegation) == sorted(default_tool_name(k.kind) for k in KNOWN_PROVIDERS)
+    for known in KNOWN_PROVIDERS:
+        first = described[default_tool_name(known.kind)].split(". ")[0]
+        assert first == (
+            f"Delegate a self-contained task to a {known.product} subagent"
+            f' (provider "{known.kind}")'
+        )
 
 
 @pytest.mark.timeout(240)

@@ -116,7 +116,8 @@ def _codex_points(tracer: Tracer) -> None:
     from dsh.subagent_codex import _provider, _run
 
     tracer.wrap(_provider, "reap_orphans_once", "orphan check done", entry=True)
-    tracer.wrap(_run.CodexRun, "handshake", "initialize + thread/start answered", entry=True)
+    tracer.wrap(_run.CodexRun, "initialize", "initialize answered", entry=True)
+    tracer.wrap(_run.CodexRun, "start_thread", "thread/start answered")
     tracer.wrap(_run.CodexRun, "begin_turn", "turn/start sent")
     tracer.wrap(_run.CodexRun, "_settle", "result settled")
 

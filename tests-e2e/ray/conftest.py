@@ -321,6 +321,8 @@ def codex_route(request: RecordedRequest) -> Reply | Stall | Trickle | None:
         return Reply((FunctionCallItem("exec_command", {**call, "yield_time_ms": 30_000}),))
     if task.startswith("STALL"):
         return Stall((), seconds=60)
+    if task.startswith("LOOP"):  # an endless tool loop (test_ray_limits.py's spend caps)
+        return Reply((FunctionCallItem("exec_command", {"cmd": "true", "login": False}),))
     if task:
         return Reply((MessageItem(f"codex says: {task}"),))
     return Stall((), seconds=60)  # the turn after a tool call: keep the run mid-tool
@@ -332,6 +334,8 @@ def claude_route(request: ClaudeRequest) -> Behaviour | None:
         return Behaviour("stall")
     if task.startswith("TRICKLE"):
         return Behaviour("trickle", text="".join(TRICKLE_WORDS).strip(), seconds=1.0)
+    if task.startswith("LOOP"):
+        return Behaviour("tool_use", tool_name="Glob", tool_input={"pattern": "*.md"})
     return Behaviour("text", text=f"claude says: {task}")
 
 

@@ -1,8 +1,9 @@
-"""The caller's stall limit on the Ray executor, with the REAL products on the local cluster.
+"""The caller's limits on the Ray executor, with the REAL products on the local cluster.
 
 The tool's ``stall_timeout_s`` travels with the portable job and the worker enforces it where
 the run is: a stalled job ends ``failed`` with the limit's fixed text, its tree gone on every
-node; a model that streams a word a second for 6 s under the same limit completes.
+node; a model that streams a word a second for 6 s under the same limit completes. The spend
+caps travel the same way: a job in an endless tool loop ends ``failed`` at ``max_total_tokens``.
 """
 
 from __future__ import annotations
@@ -88,4 +89,36 @@ async def test_ray_jobs_streaming_a_word_a_second_complete_under_the_stall_limit
             assert snapshot.status is JobStatus.COMPLETED, (kind, snapshot.detail)
             assert harness.jobs.read(job_id, setup.caller).strip() == TRICKLED
         assert time.monotonic() - began >= 6.0
+    ray_kit.assert_no_marked()
+
+
+#: Each loopback model reports a fixed usage per response (Codex 2 tokens, Claude Code 15):
+#: each cap is crossed by the 5th response.
+CAPS = {"codex": (10, 2), "claude-code": (75, 15)}
+
+
+async def test_ray_jobs_in_a_tool_loop_fail_at_their_token_cap(setup: Any, ray_kit: Any) -> None:
+    tools = [
+        {
+            "provider": kind,
+            "tool_name": name,
+            "max_depth": "provider-managed",
+            "max_total_tokens": CAPS[kind][0],
+        }
+        for kind, name in TOOLS.items()
+    ]
+    jobs = {"executor": "ray", "max_runs_per_node": setup.runs_per_node}
+    async with Harness.from_profile({**setup.profile, "tool": tools, "jobs": jobs}) as harness:
+        started = {
+            kind: await _start(harness, TOOLS[kind], f"LOOP {kind}", setup) for kind in TOOLS
+        }
+        for kind, job_id in started.items():
+            cap, step = CAPS[kind]
+            snapshot = await harness.jobs.wait(job_id, 120, setup.caller)
+            text = f"subagent run stopped: {cap} tokens spent (max_total_tokens)"
+            assert (snapshot.status, snapshot.detail) == (JobStatus.FAILED, text), snapshot
+            assert snapshot.meta is not None
+            usage = snapshot.meta["usage"]
+            spent = usage.get("total_tokens") or usage["input_tokens"] + usage["output_tokens"]
+            assert cap <= spent <= cap + step, (kind, usage)
     ray_kit.assert_no_marked()

@@ -89,7 +89,8 @@ async def test_a_turn_start_the_product_drops_settles_instead_of_waiting_forever
     provider = codex_env.provider(stderr="discard")
     began = time.monotonic()
     cwd = str(codex_env.workspace)
-    run = await provider._start_cold(cwd, *provider.launch(cwd), [LONE_SURROGATE])
+    request = codex_env.request(LONE_SURROGATE)
+    run = await provider._start_cold(cwd, *provider.launch(cwd, request), request)
     try:
         result = await asyncio.wait_for(run.result(), 20)
     finally:

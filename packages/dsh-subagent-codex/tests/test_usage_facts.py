@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dsh.subagent import UsageFacts
-from dsh.subagent_codex._usage import usage_from_token_usage
+from dsh.subagent_codex._usage import rate_limit_facts, usage_from_token_usage
 
 # The shape codex app-server 0.163.0 sends (field names from its protocol), numbers chosen apart.
 _PARAMS = {
@@ -48,3 +48,21 @@ def test_malformed_usage_reads_as_unknown_not_as_a_failure() -> None:
     assert usage_from_token_usage(bad, None) == UsageFacts()
     assert usage_from_token_usage({}, 2) == UsageFacts(model_requests=2)
     assert usage_from_token_usage({}, None).as_json() == {}
+
+
+def test_rate_limit_facts_keep_the_window_nearer_its_limit() -> None:
+    params = {
+        "rateLimits": {
+            "primary": {"usedPercent": 42.5, "windowDurationMins": 300, "resetsAt": 1893456000},
+            "secondary": {"usedPercent": 7, "windowDurationMins": 10080, "resetsAt": 1894000000},
+            "rateLimitReachedType": "rate_limit_reached",
+        }
+    }
+    assert rate_limit_facts(params) == {
+        "rate_limit_used_percent": 42.5,
+        "rate_limit_window_minutes": 300,
+        "rate_limit_resets_at": 1893456000,
+        "rate_limit_reached": "rate_limit_reached",
+    }
+    assert rate_limit_facts({}) == {}
+    assert rate_limit_facts({"rateLimits": {"primary": {"usedPercent": True}}}) == {}

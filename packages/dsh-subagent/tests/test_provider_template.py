@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -82,11 +82,12 @@ class ToyRun(ProductRun):
         if self.teardown_fails:
             raise RuntimeError("exit not proven")
 
-    async def publish(self, texts: Sequence[str]) -> None:
+    async def publish(self, request: ResolvedStartRequest) -> None:
         if self.dead:
             raise StartupBroke("died while idle")
         self.published = True
-        self._latch.settle(SubagentResult(StopReason.COMPLETED, (TextBlock(" ".join(texts)),)))
+        answer = TextBlock(" ".join(request.texts))
+        self._latch.settle(SubagentResult(StopReason.COMPLETED, (answer,)))
 
     def warm_usable(self) -> bool:
         return not self.published
@@ -136,7 +137,7 @@ class ToyProvider(ProductProvider[ToyConfig, ToyRun]):
     async def reap_orphans(self) -> None:
         self.steps.append("reap")
 
-    def launch(self, cwd: str) -> Launch:
+    def launch(self, cwd: str, request: ResolvedStartRequest) -> Launch:
         self.steps.append("launch")
         return (["toy"], {"A": "1"})
 
@@ -274,7 +275,7 @@ async def test_result_is_not_affected_by_a_cancelled_awaiter() -> None:
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
-    await run.publish(["done"])
+    await run.publish(start_request("/", "done", provider="toy"))
     assert (await run.result()).text == "done"
     async with run:
         pass

@@ -7,6 +7,7 @@ crash, a cwd miss, an idle death) are in tests-e2e/reliability/test_warm.py.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Hashable
 from dataclasses import dataclass
 
@@ -88,6 +89,22 @@ async def test_replenish_after_waits_for_the_result() -> None:
     await _settle()
     assert len(pool.idle()) == 1
     await pool.aclose()
+
+
+async def test_a_pool_closed_at_once_leaves_no_result_unawaited() -> None:
+    maker = Maker()
+    pool = _pool(maker)
+    await pool.take("a")
+
+    async def result() -> None:
+        return None
+
+    done = result()
+    pool.replenish_after(done, "a")
+    await pool.aclose()  # before the waiting task took its first step
+    # Closed, not left for the interpreter's "was never awaited" warning.
+    assert inspect.getcoroutinestate(done) == "CORO_CLOSED"
+    assert maker.made == []
 
 
 async def test_a_dead_idle_object_is_closed_not_handed_out() -> None:

@@ -503,7 +503,7 @@ async def test_run_command_workspace_options_replace_the_tools(tmp_path: Path) -
             harness,
             "t",
             cwd=str(tmp_path),
-            workspace={"workspace": "worktree"},
+            settings={"workspace": "worktree"},
             as_json=True,
             stdout=out,
             stderr=err,

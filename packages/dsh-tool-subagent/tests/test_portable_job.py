@@ -18,7 +18,7 @@ import pytest
 from dsh.jobs import JobOutcome, JobStarted, JobStatus, JobWork, LocalExecutor, PortableWork
 from dsh.subagent import Parent, SubagentError, SubagentStartRequest, TextBlock
 from dsh.subagent.testing import FakeProvider
-from dsh.tool_subagent import Caller, Harness, SubagentTool
+from dsh.tool_subagent import Caller, DelegationArguments, Harness, SubagentTool
 from dsh.tool_subagent import _harness as harness_module
 from dsh.tool_subagent import _portable_job as portable_module
 from dsh.tool_subagent.errors import ProfileError
@@ -87,9 +87,16 @@ async def test_a_portable_job_carries_plain_data_and_ends_like_a_local_one(tmp_p
             "max_depth": None,
             "tool_filter": None,
             "persona": None,
+            "max_cost_usd": None,
         },
         # The tool's limits travel too; the worker enforces them (docs/liveness.md).
-        "limits": {"timeout_s": None, "stall_timeout_s": 900.0},
+        "limits": {
+            "timeout_s": None,
+            "stall_timeout_s": 900.0,
+            "max_total_tokens": 50_000_000,
+            "max_output_tokens": None,
+            "max_cost_usd": None,
+        },
         # A shared workspace (the default) sends no worktree settings.
         "workspace": None,
         # Names for the worker's span, and the caller's trace context (none is current here).
@@ -137,7 +144,8 @@ async def test_a_field_the_provider_cannot_honour_is_refused_before_the_job_is_q
         tool = harness.tool("subagent")
         assert isinstance(tool, SubagentTool)
         # No tool argument sets output_schema yet (issue 40): the request is built by hand.
-        request = replace(tool._request("d", "p", caller), output_schema={"type": "object"})
+        plain = DelegationArguments(description="d", prompt="p").request(caller, None)
+        request = replace(plain, output_schema={"type": "object"})
         refused = tool._background(request, "d", caller)
         assert refused.is_error
         assert refused.text == (

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from claude_agent_sdk import ResultMessage
 
-from dsh.subagent.kit import FailureFacts
+from dsh.subagent import STRUCTURED_OUTPUT_CATEGORY, ResolvedStartRequest
+from dsh.subagent.kit import FailureFacts, compact_json
 
 __all__ = [
     "DENY_MESSAGE",
@@ -15,7 +16,9 @@ __all__ = [
     "category_of",
     "fact_line",
     "is_strict_success",
+    "request_flags",
     "result_facts",
+    "structured_answer",
 ]
 
 PRODUCT = "Claude Code"
@@ -25,7 +28,7 @@ DENY_MESSAGE = "This unattended Claude Code subagent cannot request human approv
 _SUBTYPE_CATEGORIES = {
     "error_max_turns": "turn-limit",
     "error_max_budget_usd": "budget-limit",
-    "error_max_structured_output_retries": "structured-output",
+    "error_max_structured_output_retries": STRUCTURED_OUTPUT_CATEGORY,
     "error_during_execution": "execution",
 }
 
@@ -101,3 +104,33 @@ def result_facts(message: ResultMessage, assistant_error: str | None) -> Failure
         category=category_of(message, assistant_error),
         http_status=_status(message),
     )
+
+
+def request_flags(request: ResolvedStartRequest) -> list[str]:
+    """The CLI flags a checked request adds to the launch: where a request field becomes
+    Claude Code's (the prompt itself goes through the SDK's stream).
+
+    ``output_schema`` is ``--json-schema <json>``, the flag the SDK's ``output_format``
+    (``{"type": "json_schema", "schema": ...}``) becomes: the CLI adds its ``StructuredOutput``
+    tool, which the model must call once at the end. ``max_cost_usd`` is ``--max-budget-usd``:
+    the CLI ends the run itself past that figure.
+    """
+    flags: list[str] = []
+    if request.output_schema is not None:
+        flags += ["--json-schema", compact_json(request.output_schema)]
+    if request.max_cost_usd is not None:
+        flags += ["--max-budget-usd", f"{request.max_cost_usd:g}"]
+    return flags
+
+
+def structured_answer(message: ResultMessage) -> str | None:
+    """The answer of a run with an output schema: the result's ``structured_output`` as compact
+    JSON, or ``None`` when a successful result carries none (``structured-output``)."""
+    if message.subtype != "success" or message.is_error is not False:
+        return None
+    if message.structured_output is None:
+        return None
+    try:
+        return compact_json(message.structured_output)
+    except (TypeError, ValueError):
+        return None

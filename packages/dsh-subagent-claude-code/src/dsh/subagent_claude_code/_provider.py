@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from dsh.subagent import DemoPlan
+from dsh.subagent import Capabilities, DemoPlan, ResolvedStartRequest
 from dsh.subagent.kit import Launch, ProductInstall, ProductProvider
 from dsh.subagent_claude_code import _command
 from dsh.subagent_claude_code._command import (
@@ -22,7 +22,7 @@ from dsh.subagent_claude_code._env import (
     private_home_overlay,
     private_settings_file,
 )
-from dsh.subagent_claude_code._mapping import PREFIX, PRODUCT
+from dsh.subagent_claude_code._mapping import PREFIX, PRODUCT, request_flags
 from dsh.subagent_claude_code._run import ClaudeCodeRun
 from dsh.subagent_claude_code._run_dirs import RUN_DIR_TAG
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
@@ -74,6 +74,9 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeProviderConfig, ClaudeCodeRun
     install = _INSTALL
     prefix = PREFIX
     product = PRODUCT
+    #: Both mapped in ``_mapping.request_flags``: ``output_schema`` (docs/structured-output.md)
+    #: and ``max_cost_usd``, the CLI's own ``--max-budget-usd``.
+    capabilities = Capabilities(output_schema=True, cost_limit=True)
     start_stage = "query-start"
     owned_dir_tag = RUN_DIR_TAG
     log = _log
@@ -105,9 +108,9 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeProviderConfig, ClaudeCodeRun
     async def reap_orphans(self) -> None:
         await reap_orphans_once()
 
-    def launch(self, cwd: str) -> Launch:
+    def launch(self, cwd: str, request: ResolvedStartRequest) -> Launch:
         env = child_env_overlay(self.config, cwd=cwd, tmp_dir=None, env_file=None)
-        return (self._argv(), env)
+        return ([*self._argv(), *request_flags(request)], env)
 
     def _argv(self) -> list[str]:
         if self._cli_command is not None:

@@ -17,12 +17,20 @@ from claude_agent_sdk import (
     PermissionResultDeny,
     ProcessError,
     ResultMessage,
+    StreamEvent,
     SystemMessage,
     ToolPermissionContext,
     query,
 )
 
-from dsh.subagent import StopReason, SubagentResult, TextBlock, with_limits_hit
+from dsh.subagent import (
+    STRUCTURED_OUTPUT_CATEGORY,
+    ResolvedStartRequest,
+    StopReason,
+    SubagentResult,
+    TextBlock,
+    with_limits_hit,
+)
 from dsh.subagent.kit import FailureFacts, ProductRun, failure_line, remove_off_loop
 from dsh.subagent_claude_code._mapping import (
     DENY_MESSAGE,
@@ -39,9 +47,10 @@ from dsh.subagent_claude_code._mapping import (
     fact_line,
     is_strict_success,
     result_facts,
+    structured_answer,
 )
 from dsh.subagent_claude_code._transport import DshTransport
-from dsh.subagent_claude_code._usage import usage_from_result
+from dsh.subagent_claude_code._usage import StreamedUsage, usage_from_result
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
 from dsh.subprocess import ManagedProcess, SpawnSpec, SubprocessRuntime
 
@@ -85,6 +94,8 @@ class ClaudeCodeRun(ProductRun):
         self._mode = config.permission_mode
         self._tmp_dir = tmp_dir
         self._fact: PermissionFact | None = None
+        # The request set an output schema: the answer is the result's structured_output.
+        self._structured = False
         self._startup: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._transport = DshTransport(
             spec,
@@ -101,6 +112,7 @@ class ClaudeCodeRun(ProductRun):
         self._warm = False
         # Distinct API message ids seen: one per model request the CLI made.
         self._message_ids: set[str] = set()
+        self._streamed = StreamedUsage()
 
     # ---- ProductRun ---------------------------------------------------------------------
 
@@ -108,9 +120,10 @@ class ClaudeCodeRun(ProductRun):
         """Start the SIGTERM-first ladder (also when the result had settled already)."""
         self._transport.terminate()
 
-    async def publish(self, texts: Sequence[str]) -> None:
+    async def publish(self, request: ResolvedStartRequest) -> None:
         """Send the task through the SDK's query; return once the prompt is delivered."""
-        self.begin(texts)
+        self._structured = request.output_schema is not None
+        self.begin(request.texts)
         await self.wait_ready()
 
     def startup_failure(self, error: Exception) -> tuple[FailureFacts, BaseException] | None:
@@ -236,16 +249,21 @@ class ClaudeCodeRun(ProductRun):
         error: BaseException | None = None
         try:
             async for message in messages:
-                if isinstance(message, ResultMessage):
+                if isinstance(message, StreamEvent):
+                    if self._streamed.stream_event(message.event, message.parent_tool_use_id):
+                        self._report_usage(self._streamed.facts())
+                elif isinstance(message, ResultMessage):
                     last_result = message
-                    self._usage = usage_from_result(message, len(self._message_ids) or None)
-                    success = message.result if is_strict_success(message) else None
+                    self._report_usage(usage_from_result(message, len(self._message_ids) or None))
+                    success = self._answer(message)
                     self._arm_dispose()
                 elif isinstance(message, AssistantMessage):
                     if self._first_output is None:
                         self._first_output = self._transport.activity.last
                     if message.message_id is not None:
                         self._message_ids.add(message.message_id)
+                    if self._streamed.merge(message.message_id, message.usage):
+                        self._report_usage(self._streamed.facts())
                     if message.error is not None:
                         assistant_error = str(message.error)
                 elif isinstance(message, SystemMessage) and message.subtype == "permission_denied":
@@ -260,6 +278,12 @@ class ClaudeCodeRun(ProductRun):
             if self._dispose is not None:
                 self._dispose.cancel()
         self._latch.settle(self._outcome(last_result, success, assistant_error, error))
+
+    def _answer(self, message: ResultMessage) -> str | None:
+        """The answer a result carries: its text, or with an output schema its JSON value."""
+        if self._structured:
+            return structured_answer(message)
+        return message.result if is_strict_success(message) else None
 
     def _arm_dispose(self) -> None:
         if self._dispose is None:
@@ -277,7 +301,17 @@ class ClaudeCodeRun(ProductRun):
         if error is None and success is not None:
             return SubagentResult(StopReason.COMPLETED, (TextBlock(success),), None)
         exit_facts = self._exit_facts(error)
-        if last_result is not None and not is_strict_success(last_result):
+        if (
+            last_result is not None
+            and self._structured
+            and last_result.subtype == "success"
+            and last_result.is_error is False
+            and self._answer(last_result) is None
+        ):  # a success with no structured value: the schema was not met
+            facts = FailureFacts(
+                product=PRODUCT, stage="query-run", category=STRUCTURED_OUTPUT_CATEGORY
+            )
+        elif last_result is not None and self._answer(last_result) is None:
             # The CLI exits non-zero after an error result on purpose; that exit is kept too.
             facts = dataclasses.replace(result_facts(last_result, assistant_error), **exit_facts)
         elif last_result is not None and exit_facts:

@@ -9,7 +9,7 @@ from claude_agent_sdk import ResultMessage
 
 from dsh.subagent.kit import UsageFacts, non_negative_int
 
-__all__ = ["usage_from_result"]
+__all__ = ["StreamedUsage", "usage_from_result"]
 
 # ``model_usage`` key per fact; it counts every model the run used (subagents included).
 _MODEL_KEYS = {
@@ -30,7 +30,7 @@ _USAGE_KEYS = {
 def usage_from_result(message: ResultMessage, model_requests: int | None) -> UsageFacts:
     """The run's facts: summed over ``model_usage`` where present (it includes subagent tokens
     that ``usage`` leaves out), else ``usage``; the cost is ``total_cost_usd`` as stated."""
-    counts = _summed(message.model_usage, _MODEL_KEYS) or _from_usage(message.usage)
+    counts: dict[str, Any] = _summed(message.model_usage, _MODEL_KEYS) or _from_usage(message.usage)
     windows = [
         window
         for entry in (message.model_usage or {}).values()
@@ -65,3 +65,56 @@ def _summed(
 def _from_usage(usage: Mapping[str, Any] | None) -> dict[str, int | None]:
     usage = usage if isinstance(usage, Mapping) else {}
     return {fact: non_negative_int(usage, key) for fact, key in _USAGE_KEYS.items()}
+
+
+class StreamedUsage:
+    """What the run has spent so far, from each model response's ``usage`` as it streams.
+
+    The result message states the run's totals only at its end; a caller's spend caps need them
+    per response. Each response is keyed by its message id: ``message_start`` carries its input
+    counts (and a first output count), ``message_delta`` its cumulative output count, and every
+    assistant message repeats the usage known then. Per response the largest count seen is kept;
+    the facts are the sums over responses (subagents' responses included, as ``model_usage``
+    does). The result's own figures replace these when it arrives.
+    """
+
+    __slots__ = ("_current", "_responses")
+
+    def __init__(self) -> None:
+        self._responses: dict[str, dict[str, int]] = {}
+        self._current: dict[str | None, str] = {}  # the streaming response per (sub)agent
+
+    def stream_event(self, event: Mapping[str, Any], parent: str | None) -> bool:
+        """Read one raw API stream event; whether the counts grew."""
+        kind = event.get("type")
+        if kind == "message_start":
+            message = event.get("message")
+            if not isinstance(message, Mapping) or not isinstance(message.get("id"), str):
+                return False
+            self._current[parent] = message["id"]
+            return self.merge(message["id"], message.get("usage"))
+        if kind == "message_delta":
+            current = self._current.get(parent)
+            return current is not None and self.merge(current, event.get("usage"))
+        return False
+
+    def merge(self, message_id: str | None, usage: Any) -> bool:
+        """Take one response's ``usage`` (an assistant message's); whether the counts grew."""
+        if message_id is None or not isinstance(usage, Mapping):
+            return False
+        counts = self._responses.setdefault(message_id, {})
+        grew = False
+        for fact, key in _USAGE_KEYS.items():
+            value = non_negative_int(usage, key)
+            if value is not None and value > counts.get(fact, -1):
+                counts[fact] = value
+                grew = True
+        return grew
+
+    def facts(self) -> UsageFacts:
+        """The sums over the responses seen so far."""
+        sums: dict[str, Any] = {}
+        for fact in _USAGE_KEYS:
+            known = [counts[fact] for counts in self._responses.values() if fact in counts]
+            sums[fact] = sum(known) if known else None
+        return UsageFacts(**sums, model_requests=len(self._responses) or None)

@@ -163,6 +163,9 @@ class FakeResponsesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
         super().__init__(default=default, route=route)
         self.usage: dict[str, Any] = dict(_USAGE if usage is None else usage)
         """The Responses API ``usage`` every ``response.completed`` reports."""
+        self.headers: dict[str, str] = {}
+        """Extra response headers on every answer (an HTTP error's too): the account's rate-limit
+        headers the real endpoint sends (``x-codex-primary-used-percent``, ...), for example."""
         self._websocket_status = websocket_status
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
@@ -343,12 +346,14 @@ class FakeResponsesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
                 body = json.dumps(body).encode()
             elif isinstance(body, str):
                 body = body.encode()
-            await _plain(writer, behaviour.status, body)
+            await _plain(writer, behaviour.status, body, self.headers)
             return
         response_id = f"resp_{next(self._ids)}"
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-            b"cache-control: no-cache\r\nconnection: close\r\n\r\n"
+            b"cache-control: no-cache\r\nconnection: close\r\n"
+            + _header_lines(self.headers)
+            + b"\r\n"
         )
         _event(writer, "response.created", {"response": {"id": response_id}})
         if isinstance(behaviour, Trickle):
@@ -435,11 +440,20 @@ def _event(writer: asyncio.StreamWriter, kind: str, payload: Mapping[str, Any]) 
     writer.write(f"event: {kind}\ndata: {data}\n\n".encode())
 
 
-async def _plain(writer: asyncio.StreamWriter, status: int, body: bytes) -> None:
+def _header_lines(headers: Mapping[str, str]) -> bytes:
+    return "".join(f"{name}: {value}\r\n" for name, value in headers.items()).encode()
+
+
+async def _plain(
+    writer: asyncio.StreamWriter,
+    status: int,
+    body: bytes,
+    headers: Mapping[str, str] | None = None,
+) -> None:
     reason = _REASONS.get(status, "Status")
     head = (
         f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n"
     )
-    writer.write(head.encode() + body)
+    writer.write(head.encode() + _header_lines(headers or {}) + b"\r\n" + body)
     await writer.drain()

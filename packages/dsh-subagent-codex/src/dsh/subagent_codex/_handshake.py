@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from dsh.subagent import ResolvedStartRequest
 from dsh.subagent_codex._auth import login_stamp
+from dsh.subagent_codex._mapping import turn_start_params
 from dsh.subagent_codex._reader import RunReader
 from dsh.subagent_codex._turn import StartupFailure
 from dsh.subagent_codex._wire import RpcError, WireClosed
@@ -102,15 +104,12 @@ class Handshake(RunReader):
             raise self._startup_error
         self._thread_id = thread_id
 
-    def begin_turn(self, texts: list[str]) -> None:
+    def begin_turn(self, request: ResolvedStartRequest) -> None:
         """Publish: send ``turn/start``; its reply and early frames are handled by the reader."""
         self._published = True
         self._stage = "turn-start"
         self._early = []
-        params = {
-            "threadId": self._thread_id,
-            "input": [{"type": "text", "text": text, "text_elements": []} for text in texts],
-        }
+        params = turn_start_params(self._thread_id, request)
         try:
             # The turn continues the delegation's trace when one is current (docs/observability.md).
             trace = current_trace_context()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from dsh.subagent import ResolvedStartRequest
+
 __all__ = [
     "ANSWERED_REQUESTS",
     "MODE_FIELDS",
@@ -14,6 +16,7 @@ __all__ = [
     "answer_request",
     "classify_error_info",
     "fact_line",
+    "turn_start_params",
 ]
 
 PRODUCT: Final = "Codex"
@@ -36,8 +39,9 @@ MODE_FIELDS: Final[Mapping[str, Mapping[str, str]]] = {
 #: deltas (model text, reasoning, command output) are kept: each one moves the run's activity
 #: stamp, so a model that is still answering or a command that is still printing is not taken
 #: for a stall by the caller's ``stall_timeout_s`` (docs/liveness.md). ``thread/tokenUsage/updated``
-#: is kept too: it carries the run's usage facts (issue 26).
-OPT_OUT_NOTIFICATIONS: Final = ("account/rateLimits/updated",)
+#: and ``account/rateLimits/updated`` are kept too: they carry the run's usage and rate-limit
+#: facts (issues 26 and 39).
+OPT_OUT_NOTIFICATIONS: Final[tuple[str, ...]] = ()
 
 STRING_VARIANTS: Final = frozenset(
     {
@@ -140,3 +144,18 @@ DECLINED_ITEMS: Final[Mapping[str, tuple[str, str]]] = {
     "commandExecution": ("command execution", "the command"),
     "fileChange": ("file change", "the file change"),
 }
+
+
+def turn_start_params(thread_id: str | None, request: ResolvedStartRequest) -> dict[str, Any]:
+    """The ``turn/start`` params of a checked request: where a request field becomes Codex's.
+
+    ``output_schema`` is ``outputSchema``, which Codex sends to the model as a strict
+    ``json_schema`` text format; the final message's text is the JSON (checked by the service).
+    """
+    params: dict[str, Any] = {
+        "threadId": thread_id,
+        "input": [{"type": "text", "text": text, "text_elements": []} for text in request.texts],
+    }
+    if request.output_schema is not None:
+        params["outputSchema"] = dict(request.output_schema)
+    return params

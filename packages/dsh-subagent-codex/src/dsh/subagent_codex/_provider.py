@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Sequence
 from importlib import metadata
 from typing import Any
 
-from dsh.subagent import DemoPlan
+from dsh.subagent import Capabilities, DemoPlan, ResolvedStartRequest
 from dsh.subagent.kit import Launch, ProductInstall, ProductProvider, remove_off_loop
 from dsh.subagent_codex._auth import (
     CONFIG_DIR_ENV,
@@ -114,6 +114,12 @@ class CodexProvider(ProductProvider[CodexProviderConfig, CodexRun]):
     install = _INSTALL
     prefix = PREFIX
     product = PRODUCT
+    #: ``output_schema``: mapped in ``_mapping`` (docs/structured-output.md).
+    capabilities = Capabilities(output_schema=True)
+    #: ``MAX_USER_INPUT_TEXT_CHARS`` (``1 << 20``) of Codex's app-server: ``turn/start`` sums the
+    #: ``chars()`` of its text inputs and answers a longer one with JSON-RPC ``-32602``
+    #: (measured on 0.163.0: 1,048,576 completes, 1,048,577 is refused).
+    max_prompt_chars = 1_048_576
     start_stage = "initialize"
     owned_dir_tag = PRIVATE_DIR_TAG
     log = _log
@@ -151,7 +157,7 @@ class CodexProvider(ProductProvider[CodexProviderConfig, CodexRun]):
     async def reap_orphans(self) -> None:
         await reap_orphans_once()
 
-    def launch(self, cwd: str) -> Launch:
+    def launch(self, cwd: str, request: ResolvedStartRequest) -> Launch:
         try:
             return self._argv_env()
         except (OSError, ImportError, ValueError) as exc:

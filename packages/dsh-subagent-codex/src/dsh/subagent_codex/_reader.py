@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import replace
 from typing import Any
 
+from dsh.subagent.kit import UsageFacts
 from dsh.subagent_codex._mapping import answer_request, fact_line
 from dsh.subagent_codex._teardown import RunTeardown
-from dsh.subagent_codex._usage import usage_from_token_usage
+from dsh.subagent_codex._usage import rate_limit_facts, usage_from_token_usage
 from dsh.subagent_codex._wire import ACTIVITY_ONLY, LineTooLong, WireClosed, read_frames
 
 __all__ = ["RunReader"]
@@ -129,7 +131,13 @@ class RunReader(RunTeardown):
             # Cumulative over the thread; one-shot runs have one turn, so this is the run's.
             # Codex sends one per model response (measured), so their count is the requests'.
             self._usage_reports += 1
-            self._usage = usage_from_token_usage(params, model_requests=self._usage_reports)
+            usage = usage_from_token_usage(params, model_requests=self._usage_reports)
+            self._report_usage(replace(usage, **self._rate_limits))
+        elif method == "account/rateLimits/updated":
+            # The account's state, host-side only: kept with the usage facts.
+            self._rate_limits = rate_limit_facts(params)
+            if self._rate_limits:
+                self._report_usage(replace(self._usage or UsageFacts(), **self._rate_limits))
 
     def _on_turn_started(self, result: dict[str, Any] | None, error: BaseException | None) -> None:
         if self._turn_start_timer is not None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
 
+from dsh.subagent import ResolvedStartRequest
 from dsh.subagent.kit import FailureFacts
 from dsh.subagent_codex._handshake import Handshake
 from dsh.subagent_codex._turn import StartupFailure
@@ -27,8 +27,8 @@ class CodexRun(Handshake):
     what Codex last reported the turn spent.
     """
 
-    async def publish(self, texts: Sequence[str]) -> None:
-        self.begin_turn(list(texts))
+    async def publish(self, request: ResolvedStartRequest) -> None:
+        self.begin_turn(request)
 
     def startup_failure(self, error: Exception) -> tuple[FailureFacts, BaseException] | None:
         if isinstance(error, StartupFailure):

@@ -79,6 +79,7 @@ class TurnState(ProductRun):
         self._interrupt: asyncio.Task[None] | None = None
         self._turn_start_timer: asyncio.TimerHandle | None = None
         self._usage_reports = 0
+        self._rate_limits: dict[str, Any] = {}
 
     # -- turn ------------------------------------------------------------------------------
     def _item_completed(self, item: Any) -> None:

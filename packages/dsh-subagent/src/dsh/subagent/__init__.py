@@ -24,6 +24,11 @@ from dsh.subagent._events import (
     SubagentEvent,
     SubagentStarted,
 )
+from dsh.subagent._output_schema import (
+    MAX_OUTPUT_SCHEMA_BYTES,
+    STRUCTURED_OUTPUT_CATEGORY,
+    check_output_schema,
+)
 from dsh.subagent._service import PublishedRun, SubagentService
 from dsh.subagent._types import (
     NO_START_CAPABILITIES,
@@ -95,9 +100,11 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "DEMO_ERROR_BODY",
+    "MAX_OUTPUT_SCHEMA_BYTES",
     "NO_START_CAPABILITIES",
     "PROVIDER_ENTRY_POINT_GROUP",
     "RESOURCE_LIMIT_CATEGORY",
+    "STRUCTURED_OUTPUT_CATEGORY",
     "Capabilities",
     "ContentBlock",
     "DemoFailure",
@@ -126,6 +133,7 @@ __all__ = [
     "SubagentStarted",
     "TextBlock",
     "UsageFacts",
+    "check_output_schema",
     "installed_provider_kinds",
     "load_provider",
     "with_limits_hit",

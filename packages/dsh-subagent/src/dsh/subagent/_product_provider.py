@@ -18,7 +18,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping
 from typing import ClassVar, Generic, NoReturn, Protocol, TypeVar
 
 from dsh.subagent._checks import check_one_shot_request
@@ -26,7 +26,7 @@ from dsh.subagent._diagnostics import FailureFacts
 from dsh.subagent._owned_dirs import sweep_lost_dirs_once
 from dsh.subagent._product_run import ProductRun
 from dsh.subagent._provider_base import ConfigT, ProviderBase
-from dsh.subagent._types import ResolvedStartRequest
+from dsh.subagent._types import ResolvedStartRequest, SubagentStartRequest
 from dsh.subagent._warm import WarmPool
 from dsh.subagent.errors import ProductFailure
 
@@ -71,6 +71,10 @@ class ProductProvider(ProviderBase[ConfigT], Generic[ConfigT, RunT]):
     """The diagnostic prefix, e.g. ``"subagent-codex"``."""
     product: ClassVar[str]
     """The product's display name in failure facts, e.g. ``"Codex"``."""
+    max_prompt_chars: ClassVar[int | None] = None
+    """The most characters (Unicode code points) of prompt text the pinned product accepts in
+    one task, or ``None`` when it states none; measured on the pin and re-measured when it
+    moves. A longer prompt is refused before anything starts (:meth:`request_problem`)."""
     start_stage: ClassVar[str]
     """The stage of a start failure without facts of its own (an unusable cwd, say)."""
     owned_dir_tag: ClassVar[str]
@@ -102,9 +106,12 @@ class ProductProvider(ProviderBase[ConfigT], Generic[ConfigT, RunT]):
         return self._warm_pool
 
     async def start(self, request: ResolvedStartRequest) -> RunT:
-        cwd, texts = check_one_shot_request(
+        cwd, _texts = check_one_shot_request(
             request, prefix=self.prefix, unusable_cwd=self.start_failure
         )
+        problem = self.request_problem(request)
+        if problem is not None:  # before anything is spawned, naming the field
+            raise ProductFailure(f"{self.prefix}: {problem}")
         problem = self.limits_problem()
         if problem is not None:  # before anything is spawned, naming the field
             raise ProductFailure(
@@ -112,13 +119,13 @@ class ProductProvider(ProviderBase[ConfigT], Generic[ConfigT, RunT]):
             )
         await self.reap_orphans()
         sweep_lost_dirs_once(self.owned_dir_tag)  # the run dirs dead owners left (any instance's)
-        argv, env = self.launch(cwd)
+        argv, env = self.launch(cwd, request)
         if self.config.prewarm <= 0:
-            return await self._start_cold(cwd, argv, env, texts)
+            return await self._start_cold(cwd, argv, env, request)
         key: _Key = (cwd, tuple(argv), tuple(sorted(env.items())))
-        run = await self._start_warm(key, texts)
+        run = await self._start_warm(key, request)
         if run is None:
-            run = await self._start_cold(cwd, argv, env, texts)
+            run = await self._start_cold(cwd, argv, env, request)
         self.warm_pool.replenish_after(run.result(), key)  # once this run's result is in
         return run
 
@@ -129,6 +136,19 @@ class ProductProvider(ProviderBase[ConfigT], Generic[ConfigT, RunT]):
         """
         if self._warm_pool is not None:
             await self._warm_pool.aclose()
+
+    def request_problem(self, request: SubagentStartRequest) -> str | None:
+        """Why the product would refuse ``request`` by its own limits, naming the field and both
+        sizes, or ``None``. ``SubagentService.check`` asks it too, so a background job is
+        refused before it is queued."""
+        limit = self.max_prompt_chars
+        size = sum(len(text) for text in request.texts)
+        if limit is not None and size > limit:
+            return (
+                f'the "prompt" field is {size:,} characters; {self.product} accepts at most'
+                f" {limit:,}"
+            )
+        return None
 
     def start_failure(self, category: str = "unknown") -> ProductFailure:
         """The product's safe start failure at ``start_stage``."""
@@ -186,8 +206,13 @@ class ProductProvider(ProviderBase[ConfigT], Generic[ConfigT, RunT]):
         """Reap the process trees dead hosts left (once per process)."""
 
     @abc.abstractmethod
-    def launch(self, cwd: str) -> Launch:
-        """The argv and env overlay of a product process in ``cwd``; raise the safe failure."""
+    def launch(self, cwd: str, request: ResolvedStartRequest) -> Launch:
+        """The argv and env overlay of a product process in ``cwd``; raise the safe failure.
+
+        ``request`` is the checked request the process is for. A request field that changes the
+        launch (a product flag) changes the argv, and with it the warm-pool key: such a request
+        starts cold unless a warm process was made for the same launch.
+        """
 
     @abc.abstractmethod
     async def new_run(self, cwd: str, argv: list[str], env: dict[str, str | None]) -> RunT:
@@ -199,25 +224,25 @@ class ProductProvider(ProviderBase[ConfigT], Generic[ConfigT, RunT]):
 
     # -- internals -------------------------------------------------------------------------
     async def _start_cold(
-        self, cwd: str, argv: list[str], env: dict[str, str | None], texts: Sequence[str]
+        self, cwd: str, argv: list[str], env: dict[str, str | None], request: ResolvedStartRequest
     ) -> RunT:
         run = await self.new_run(cwd, argv, env)
         try:
             await self.prepare_run(run, cwd, warm=False)
-            await run.publish(texts)
+            await run.publish(request)
         except BaseException as error:
             await self.rollback(run, error)
         self.log.debug("%s run %s published", self.product, run.id)
         return run
 
-    async def _start_warm(self, key: _Key, texts: Sequence[str]) -> RunT | None:
+    async def _start_warm(self, key: _Key, request: ResolvedStartRequest) -> RunT | None:
         """A published run on a warm process, or ``None``: the caller starts cold."""
         run = await self.warm_pool.take(key)
         if run is None:
             return None
         _set_busy(run, True)  # it counts as a run in flight again (nice = "auto")
         try:
-            await run.publish(texts)
+            await run.publish(request)
         except Exception:
             # The warm process failed before the task was delivered (it exited since the take):
             # not the request's failure. It is torn down and the start goes cold.

@@ -8,8 +8,10 @@ rules are written here once.
 from __future__ import annotations
 
 import abc
+import contextlib
+import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable
 from types import TracebackType
 from typing import ClassVar, Protocol, Self
 
@@ -17,11 +19,13 @@ from dsh.subagent._activity import ActivityStamp
 from dsh.subagent._closing import CloseOnce
 from dsh.subagent._diagnostics import FailureFacts
 from dsh.subagent._latch import ResultLatch
-from dsh.subagent._types import SubagentResult
-from dsh.subagent._usage import UsageFacts
+from dsh.subagent._types import ResolvedStartRequest, SubagentResult
+from dsh.subagent._usage import UsageFacts, UsageWatch
 from dsh.subagent.errors import ProductFailure
 
 __all__ = ["ProcessHandle", "ProductRun"]
+
+_log = logging.getLogger("dsh.subagent")
 
 
 class ProcessHandle(Protocol):
@@ -42,7 +46,7 @@ class ProductRun(abc.ABC):
     A subclass sets ``prefix`` and ``product``, moves ``self._activity`` on every message it reads
     from its product (or points it at the stamp its transport moves), settles ``self._latch``, and
     defines the hooks: ``_stop(aborted)`` (what a cancel does to the product), ``_teardown()``
-    (bring the whole tree down, once), ``publish(texts)``, ``warm_usable()`` and ``process``; and,
+    (bring the whole tree down, once), ``publish(request)``, ``warm_usable()`` and ``process``; and,
     when its product reports start-up failures with facts, ``startup_failure(error)``.
 
     The close contract (``aclose()``):
@@ -77,6 +81,7 @@ class ProductRun(abc.ABC):
         self._activity = ActivityStamp()
         self._first_output: float | None = None
         self._usage: UsageFacts | None = None
+        self._usage_watches: list[UsageWatch] = []
 
     # -- SubagentRun -----------------------------------------------------------------------
     @property
@@ -97,6 +102,25 @@ class ProductRun(abc.ABC):
     def usage(self) -> UsageFacts | None:
         """What the product last reported the run spent (host-only; ``None`` before any report)."""
         return self._usage
+
+    def watch_usage(self, callback: UsageWatch) -> Callable[[], None]:
+        """Call ``callback`` on each usage report (:meth:`_report_usage`); returns its remover."""
+        self._usage_watches.append(callback)
+
+        def stop() -> None:
+            with contextlib.suppress(ValueError):
+                self._usage_watches.remove(callback)
+
+        return stop
+
+    def _report_usage(self, usage: UsageFacts) -> None:
+        """What the product reported the run spent so far: kept, and told to each watcher."""
+        self._usage = usage
+        for callback in tuple(self._usage_watches):
+            try:
+                callback(usage)
+            except Exception:
+                _log.exception("a usage watcher raised; ignored")
 
     async def result(self) -> SubagentResult:
         return await self._latch.wait()
@@ -145,8 +169,11 @@ class ProductRun(abc.ABC):
         """Bring the whole process tree down (run once, by ``CloseOnce``); raise if not proven."""
 
     @abc.abstractmethod
-    async def publish(self, texts: Sequence[str]) -> None:
-        """Send the task; return once it is delivered (the run is then published)."""
+    async def publish(self, request: ResolvedStartRequest) -> None:
+        """Send the checked request's task; return once it is delivered (then it is published).
+
+        The request comes whole: its ``texts`` and every field the provider honours.
+        """
 
     @abc.abstractmethod
     def warm_usable(self) -> bool:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from dsh.subagent._activity import first_activity, last_activity
 from dsh.subagent._events import (
@@ -18,6 +18,7 @@ from dsh.subagent._events import (
     SubagentEnded,
     SubagentStarted,
 )
+from dsh.subagent._output_schema import check_output_schema, structured_result
 from dsh.subagent._types import (
     Descriptor,
     ResolvedStartRequest,
@@ -27,36 +28,39 @@ from dsh.subagent._types import (
     SubagentRun,
     SubagentStartRequest,
 )
-from dsh.subagent._usage import UsageFacts
+from dsh.subagent._usage import UsageFacts, UsageWatch, watch_usage
 from dsh.subagent.errors import SubagentError
 
 __all__ = ["PublishedRun", "SubagentService"]
 
 _log = logging.getLogger("dsh.subagent")
 
-# Request field -> Capabilities attribute, in the order the service checks them.
-_CAPABILITY_FIELDS = (
-    ("output_schema", "output_schema"),
-    ("max_depth", "depth_limit"),
-    ("tool_filter", "tool_filter"),
-    ("persona", "persona"),
-)
-
 
 class PublishedRun:
     """The run ``SubagentService.start`` hands out: the provider's run plus the end event.
 
     It forwards ``id``, ``result()``, ``cancel()`` and ``aclose()`` to the provider's run
-    (``inner``). The first ``result()`` to obtain the settled result (the service's watcher, or any
+    (``inner``); with an ``output_schema`` (the request's), a completed result is checked against
+    it here, whatever the provider claims (``_output_schema.structured_result``).
+    The first ``result()`` to obtain the settled result (the service's watcher, or any
     caller) emits ``SubagentEnded`` exactly once; every ``result()`` returns only after that
     delivery. ``aclose()`` closes the inner run and then makes sure the end was emitted, so the
     event does not depend on the service's watcher still running.
     """
 
     def __init__(
-        self, listeners: Listeners, inner: SubagentRun, *, run_id: str, provider: str
+        self,
+        listeners: Listeners,
+        inner: SubagentRun,
+        *,
+        run_id: str,
+        provider: str,
+        output_schema: Mapping[str, Any] | None = None,
+        product: str | None = None,
     ) -> None:
         self._listeners = listeners
+        self._output_schema = output_schema
+        self._product = product or provider
         self._inner = inner
         self._inner_id = inner.id
         self.run_id = run_id
@@ -85,6 +89,10 @@ class PublishedRun:
         usage = getattr(self._inner, "usage", None)
         return usage if isinstance(usage, UsageFacts) else None
 
+    def watch_usage(self, callback: UsageWatch) -> Callable[[], None] | None:
+        """The provider run's usage reports as they happen (``None``: it offers none)."""
+        return watch_usage(self._inner, callback)
+
     @property
     def inner(self) -> SubagentRun:
         """The provider's own run object."""
@@ -96,6 +104,12 @@ class PublishedRun:
         return self._ended.is_set()
 
     async def _obtain(self) -> SubagentResult:
+        outcome = await self._obtain_inner()
+        if self._output_schema is None:
+            return outcome
+        return structured_result(outcome, self._output_schema, self._product)
+
+    async def _obtain_inner(self) -> SubagentResult:
         try:
             return await self._inner.result()
         except asyncio.CancelledError:
@@ -160,6 +174,12 @@ class PublishedRun:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _product_name(provider: SubagentProvider) -> str | None:
+    """The product's display name for failure facts (a ``ProductProvider``'s ``product``)."""
+    product = getattr(provider, "product", None)
+    return product if isinstance(product, str) and product else None
 
 
 class SubagentService:
@@ -229,7 +249,10 @@ class SubagentService:
     def check(self, name: str, request: SubagentStartRequest) -> SubagentProvider:
         """The checks :meth:`start` makes before anything starts: a provider registered as
         ``name`` that supports every field ``request`` sets, and a valid ``max_depth``. Returns
-        the provider; raises :class:`SubagentError`. A caller that runs the request elsewhere
+        the provider; raises :class:`SubagentError`. An ``output_schema`` must be a valid JSON
+        Schema object within ``MAX_OUTPUT_SCHEMA_BYTES``; a provider with a
+        ``request_problem(request)`` (``kit.ProductProvider``: the product's own limits, such as
+        its longest prompt) is asked too. A caller that runs the request elsewhere
         (a Ray job) checks it here first, so nothing is queued that the provider would refuse."""
         if not isinstance(request, SubagentStartRequest):
             raise TypeError("start() takes a SubagentStartRequest")
@@ -237,7 +260,7 @@ class SubagentService:
         if provider is None:
             raise SubagentError(f'no subagent provider registered for "{name}"', code="NO_PROVIDER")
         capabilities = provider.capabilities
-        for request_field, capability in _CAPABILITY_FIELDS:
+        for request_field, capability in SubagentStartRequest.capability_fields():
             if getattr(request, request_field) is not None and not getattr(
                 capabilities, capability
             ):
@@ -245,6 +268,17 @@ class SubagentService:
                     f'subagent provider "{name}" does not support the "{request_field}" capability',
                     code="UNSUPPORTED_CAPABILITY",
                 )
+        if request.output_schema is not None:
+            try:
+                check_output_schema(request.output_schema)
+            except ValueError as exc:
+                raise SubagentError(
+                    f'the "output_schema" field {exc}', code="INVALID_REQUEST"
+                ) from None
+        problem = getattr(provider, "request_problem", None)  # a ProductProvider's own limits
+        text = problem(request) if callable(problem) else None
+        if isinstance(text, str):
+            raise SubagentError(f'subagent provider "{name}": {text}', code="INVALID_REQUEST")
         depth = request.max_depth
         if depth is not None and (
             not isinstance(depth, int) or isinstance(depth, bool) or depth < 0
@@ -263,7 +297,14 @@ class SubagentService:
             request, Descriptor(provider=name, label=request.label)
         )
         inner = await provider.start(resolved)
-        run = PublishedRun(self._listeners, inner, run_id=str(uuid.uuid4()), provider=name)
+        run = PublishedRun(
+            self._listeners,
+            inner,
+            run_id=str(uuid.uuid4()),
+            provider=name,
+            output_schema=request.output_schema,
+            product=_product_name(provider),
+        )
         try:
             await self._listeners.emit(SubagentStarted(run_id=run.run_id, provider=name, id=run.id))
         except BaseException:

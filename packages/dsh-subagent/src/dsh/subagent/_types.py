@@ -72,6 +72,9 @@ class Capabilities:
     depth_limit: bool = False
     tool_filter: bool = False
     persona: bool = False
+    #: The product stops a run itself once its own cost figure passes the request's
+    #: ``max_cost_usd`` (Claude Code's ``--max-budget-usd``).
+    cost_limit: bool = False
 
 
 NO_START_CAPABILITIES = Capabilities()
@@ -98,23 +101,45 @@ def _as_tuple(name: str, value: object) -> tuple[Any, ...]:
     raise TypeError(f"{name} must be a sequence of content blocks")
 
 
+def _needs(capability: str) -> Any:
+    """An optional request field that only a provider with ``capability`` may receive set."""
+    return field(default=None, metadata={"capability": capability})
+
+
 @dataclass(frozen=True, slots=True)
 class SubagentStartRequest:
     """A one-shot task for a subagent.
 
-    ``prompt`` is a sequence of content blocks (stored as a tuple).
+    ``prompt`` is a sequence of content blocks (stored as a tuple). A field made with
+    ``_needs(capability)`` is refused by the service, naming the field, when it is set and the
+    provider's :class:`Capabilities` lacks ``capability``: a new optional field is declared here
+    only (the request crosses processes whole, :meth:`to_json`).
     """
 
     prompt: Sequence[ContentBlock]
     parent: Parent
     label: str | None = None
-    output_schema: Mapping[str, Any] | None = None
-    max_depth: int | None = None
-    tool_filter: Sequence[str] | None = None
-    persona: str | None = None
+    output_schema: Mapping[str, Any] | None = _needs("output_schema")
+    max_depth: int | None = _needs("depth_limit")
+    tool_filter: Sequence[str] | None = _needs("tool_filter")
+    persona: str | None = _needs("persona")
+    #: The caller's cost cap in USD, for a product that enforces one itself (docs/liveness.md).
+    max_cost_usd: float | None = _needs("cost_limit")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prompt", _as_tuple("prompt", self.prompt))
+
+    @classmethod
+    def capability_fields(cls) -> tuple[tuple[str, str], ...]:
+        """``(field, capability)`` for each optional field a provider must declare it honours."""
+        return tuple(
+            (f.name, f.metadata["capability"]) for f in fields(cls) if "capability" in f.metadata
+        )
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        """The text of each prompt block (a provider reads it after its request checks)."""
+        return tuple(block.text for block in self.prompt if isinstance(block, TextBlock))
 
     def to_json(self) -> dict[str, Any]:
         """Every field as plain JSON values, for a request that crosses a process (a Ray job):
@@ -182,6 +207,10 @@ class SubagentResult:
     stop_reason: StopReason
     output: tuple[TextBlock, ...] = ()
     diagnostic: str | None = None
+    structured_output: Any = None
+    """The answer parsed as JSON and checked against the request's ``output_schema`` (the
+    service sets it on a completed run whose request had one; ``output`` is then the value as
+    compact JSON). ``None`` otherwise: read ``output`` to tell a JSON ``null`` apart."""
 
     def __post_init__(self) -> None:
         reason: object = self.stop_reason

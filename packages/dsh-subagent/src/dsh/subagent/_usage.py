@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["RunTimings", "UsageFacts"]
+__all__ = ["RunTimings", "UsageFacts", "UsageWatch", "watch_usage"]
+
+UsageWatch = Callable[["UsageFacts"], None]
+"""Called with a run's usage facts each time its product reports them (host-side only)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -27,6 +30,13 @@ class UsageFacts:
     context_window: int | None = None
     cost_usd: float | None = None
     model_requests: int | None = None
+    #: The account's rate-limit state as the product last reported it (docs/usage-facts.md):
+    #: the share of the window used (0-100), the window, when it resets (Unix seconds), and the
+    #: product's own word for a limit that was reached.
+    rate_limit_used_percent: float | None = None
+    rate_limit_window_minutes: int | None = None
+    rate_limit_resets_at: int | None = None
+    rate_limit_reached: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The facts as a JSON object, omitting unknown ones."""
@@ -59,3 +69,18 @@ def non_negative_int(payload: Mapping[str, Any], key: str) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     return None
+
+
+def watch_usage(run: object, callback: UsageWatch) -> Callable[[], None] | None:
+    """Call ``callback`` with ``run``'s facts each time its product reports usage.
+
+    Returns the function that stops the calls, or ``None`` when the run offers no usage reports
+    as they happen (a third-party run written before them): a caller's spend caps then read the
+    facts only at the result. ``callback`` runs on the event loop, in the provider's reading
+    path: it must be quick and must not raise.
+    """
+    watch = getattr(run, "watch_usage", None)
+    if not callable(watch):
+        return None
+    stop = watch(callback)
+    return stop if callable(stop) else None

@@ -155,9 +155,16 @@ class WarmPool(Generic[W]):
                 await done
             self.replenish(key)
 
+        def close_if_never_awaited(_task: object) -> None:
+            # A task cancelled before its first step (the pool closed at once) never awaited
+            # ``done``: close it, or the interpreter warns that it was never awaited.
+            if inspect.iscoroutine(done) and inspect.getcoroutinestate(done) == "CORO_CREATED":
+                done.close()
+
         task = state.loop.create_task(wait_then_replenish())
         state.closing.add(task)
         task.add_done_callback(state.closing.discard)
+        task.add_done_callback(close_if_never_awaited)
 
     def replenish(self, key: Hashable) -> None:
         """Warm up to ``size`` objects for ``key`` in the background (after a run's start).

@@ -41,6 +41,7 @@ from dsh.subagent._doctor import DoctorCheck, credential_checks, payload_check, 
 from dsh.subagent._env_config import check_env_names, check_env_overlay
 from dsh.subagent._latch import ResultLatch
 from dsh.subagent._loopback_demo import LoopbackDemo, LoopbackServer
+from dsh.subagent._output_schema import compact_json
 from dsh.subagent._owned_dirs import (
     copy_home_template,
     make_off_loop,
@@ -54,7 +55,13 @@ from dsh.subagent._owned_dirs import (
 from dsh.subagent._product_provider import EnvNames, Launch, ProductProvider
 from dsh.subagent._product_run import ProcessHandle, ProductRun
 from dsh.subagent._provider_base import ProductInstall, ProviderBase, product_config_dir
-from dsh.subagent._usage import RunTimings, UsageFacts, non_negative_int
+from dsh.subagent._usage import (
+    RunTimings,
+    UsageFacts,
+    UsageWatch,
+    non_negative_int,
+    watch_usage,
+)
 from dsh.subagent._warm import WARM_START_TIMEOUT_S, WarmPool
 from dsh.subagent.errors import ProductFailure
 
@@ -86,11 +93,13 @@ __all__ = [
     "RunLimits",
     "RunTimings",
     "UsageFacts",
+    "UsageWatch",
     "WarmPool",
     "bound_diagnostic",
     "check_env_names",
     "check_env_overlay",
     "check_one_shot_request",
+    "compact_json",
     "copy_home_template",
     "credential_checks",
     "failure_line",
@@ -107,4 +116,5 @@ __all__ = [
     "sweep_lost_dirs",
     "sweep_lost_dirs_once",
     "version_check",
+    "watch_usage",
 ]

@@ -9,6 +9,7 @@ calls a harness's tools as one owner (what the framework adapters ``dsh.tool_sub
 
 from dsh.jobs.tools import ToolBase, ToolResult, to_anthropic_tool, to_openai_tool
 from dsh.tool_subagent._agent_session import AgentSession
+from dsh.tool_subagent._arguments import DelegationArguments
 from dsh.tool_subagent._contract import Caller, Tool
 from dsh.tool_subagent._harness import Harness, ProfileModel, ProviderEntry, default_profile
 from dsh.tool_subagent._tool import SubagentTool, SubagentToolConfig, failure_text
@@ -17,6 +18,7 @@ from dsh.tool_subagent._version import __version__ as __version__
 __all__ = [
     "AgentSession",
     "Caller",
+    "DelegationArguments",
     "Harness",
     "ProfileModel",
     "ProviderEntry",

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 from dsh.jobs import JobSnapshot, JobStatus
 from dsh.subagent import installed_provider_kinds
 from dsh.tool_subagent import _run_report
+from dsh.tool_subagent._arguments import DelegationArguments
 from dsh.tool_subagent._auth_hint import auth_hint
 from dsh.tool_subagent._cli_options import (
     add_common_options,
@@ -27,10 +28,10 @@ from dsh.tool_subagent._doctor import doctor
 from dsh.tool_subagent._harness import Harness, default_tool_name
 from dsh.tool_subagent._jobs_command import add_jobs_parser, jobs_main
 from dsh.tool_subagent._known_providers import INSTALL_REQUIREMENTS
+from dsh.tool_subagent._model_options import add_model_options, model_options
 from dsh.tool_subagent._signals import exit_code_on_signal
-from dsh.tool_subagent._tool import Caller, SubagentTool
+from dsh.tool_subagent._tool import Caller, SubagentTool, SubagentToolConfig
 from dsh.tool_subagent._version import __version__
-from dsh.tool_subagent._workspace import check_branch_prefix
 from dsh.tool_subagent.errors import ProfileError
 
 __all__ = ["build_parser", "main", "run_command"]
@@ -121,13 +122,13 @@ async def _background(harness: Harness, job_id: str, caller: Caller) -> tuple[Jo
 async def _detach(
     harness: Harness,
     tool: SubagentTool,
-    arguments: dict[str, Any],
+    arguments: Mapping[str, Any],
     caller: Caller,
     as_json: bool,
     out: TextIO,
     err: TextIO,
 ) -> int:
-    result = await tool.call(arguments, caller)
+    result = await tool.delegate(arguments, caller)
     if result.is_error or result.value is None:
         if as_json:
             out.write(json.dumps({"error": result.text}) + "\n")
@@ -153,8 +154,8 @@ async def run_command(
     background: bool = False,
     detach: bool = False,
     as_json: bool = False,
-    stall_timeout_s: float | None = None,
-    workspace: Mapping[str, str] | None = None,
+    settings: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> int:
@@ -164,28 +165,29 @@ async def run_command(
     dsh process, prints its id on stdout and returns at once, letting the job go on.
 
     ``as_json`` prints one :class:`~dsh.tool_subagent._run_report.RunReport` object on stdout
-    instead of the answer (stdout) or the failure text (stderr). ``stall_timeout_s`` replaces
-    the chosen tool's own ``stall_timeout_s`` (``--stall-timeout``); ``workspace`` replaces its
-    ``workspace``, ``worktree_base`` or ``branch_prefix`` (``--workspace`` and its friends).
+    instead of the answer (stdout) or the failure text (stderr). ``settings`` replace fields
+    of the chosen tool's config for this run (``--stall-timeout``, ``--workspace``, …);
+    ``options`` are per-delegation fields of its arguments model (docs/cli.md).
     """
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
     tool = _pick_tool(harness, tool_name, err)
     if tool is None:
         return EXIT_USAGE
-    if stall_timeout_s is not None:
-        tool.config = tool.config.model_copy(update={"stall_timeout_s": stall_timeout_s})
-    if workspace:  # each value was checked as the command line was parsed
-        tool.config = tool.config.model_copy(update=dict(workspace))
+    if settings:  # each value was checked as the command line was parsed
+        tool.config = tool.config.model_copy(update=dict(settings))
     caller = Caller(session_id="dsh-cli", cwd=cwd)
-    arguments: dict[str, Any] = {"description": _label(task), "prompt": task}
-    if background or detach:
-        arguments["run_in_background"] = True
+    arguments = {
+        **(options or {}),
+        "description": _label(task),
+        "prompt": task,
+        "run_in_background": background or detach,
+    }
     if detach:
         return await _detach(harness, tool, arguments, caller, as_json, out, err)
     began = time.monotonic()
     async with _status(tool.name, err):
-        result = await tool.call(arguments, caller)
+        result = await tool.delegate(arguments, caller)
         if background and not result.is_error:
             assert result.value is not None
             job_id = str(result.value["job_id"])
@@ -238,12 +240,8 @@ async def _run_main(args: argparse.Namespace) -> int:
                 background=args.background,
                 detach=args.detach,
                 as_json=args.json,
-                stall_timeout_s=args.stall_timeout,
-                workspace={
-                    key: value
-                    for key in ("workspace", "worktree_base", "branch_prefix")
-                    if (value := getattr(args, key)) is not None
-                },
+                settings=model_options(args, SubagentToolConfig),
+                options=model_options(args, DelegationArguments),
             )
     except TimeoutError:
         if not limit.expired():
@@ -256,13 +254,6 @@ async def _run_main(args: argparse.Namespace) -> int:
         else:
             print(report.text, file=sys.stderr)
         return EXIT_TIMEOUT
-
-
-def _branch_prefix(text: str) -> str:
-    try:
-        return check_branch_prefix(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -292,30 +283,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="cancel the run after SECONDS (its process tree exits first), exit 124",
     )
-    run.add_argument(
-        "--stall-timeout",
-        type=positive_seconds,
-        metavar="SECONDS",
-        help="stop the run after SECONDS without product activity (the tool's"
-        " stall_timeout_s; default: the profile's, else 900), exit 1",
-    )
-    run.add_argument(
-        "--workspace",
-        choices=("shared", "worktree"),
-        help="where the product works: the cwd (shared), or a git worktree of its repository"
-        " whose changes come back as a branch (worktree); default: the tool's",
-    )
-    run.add_argument(
-        "--worktree-base",
-        choices=("head", "working-tree"),
-        help="a worktree starts at HEAD, or with the uncommitted changes too (working-tree)",
-    )
-    run.add_argument(
-        "--branch-prefix",
-        type=_branch_prefix,
-        metavar="PREFIX",
-        help="a worktree run's branch prefix (default dsh/)",
-    )
+    add_model_options(run, SubagentToolConfig)  # the tool's settings, for this run
+    add_model_options(run, DelegationArguments)  # per-delegation options
     run.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     run.add_argument("task", metavar="TASK", help="the task text, or - to read stdin")
     profile = sub.add_parser("profile", help="profile tools")

@@ -49,8 +49,8 @@ __all__ = [
 ]
 
 #: What ``run_to_end`` applies when its caller passes none (the delegation tool always passes
-#: its own, whose stall limit defaults to 900 s).
-NO_LIMITS = RunLimits(timeout_s=None, stall_timeout_s=None)
+#: its own, whose stall limit defaults to 900 s and token cap to 50,000,000).
+NO_LIMITS = RunLimits(timeout_s=None, stall_timeout_s=None, max_total_tokens=None)
 
 logger = logging.getLogger("dsh.tool_subagent")
 
@@ -281,6 +281,7 @@ async def _run_in(
     if error is not None:
         return Interrupted(error, dispose, run.usage, timings)
     usage = run.usage
+    watchdog.settle(usage)
     if watchdog.expired is not None and result.stop_reason != StopReason.COMPLETED:
         return Finished(result, dispose, watchdog.expired, watchdog.field, usage, timings)
     return Finished(result, dispose, usage=usage, timings=timings)

@@ -6,6 +6,7 @@ import logging
 import os
 import tomllib
 from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -26,6 +27,7 @@ from dsh.subagent import (
 from dsh.tool_subagent._contract import Tool
 from dsh.tool_subagent._detached import DetachedExecutor
 from dsh.tool_subagent._known_providers import KNOWN_PROVIDERS, load_provider
+from dsh.tool_subagent._output_schema import PROFILE_DIR
 from dsh.tool_subagent._portable_job import WORKER_SETUP
 from dsh.tool_subagent._tool import SubagentTool, SubagentToolConfig
 from dsh.tool_subagent.errors import MountError, ProfileError
@@ -218,14 +220,16 @@ class Harness:
         """
         data: Mapping[str, Any]
         is_default = profile is None
+        context: dict[str, Any] = {}
         if profile is None:
             data = default_profile()
         elif isinstance(profile, Mapping):
             data = profile
         else:
             data = read_profile(profile)
+            context[PROFILE_DIR] = Path(profile).parent  # a schema file's path starts there
         try:
-            model = ProfileModel.model_validate(data)
+            model = ProfileModel.model_validate(data, context=context)
         except pydantic.ValidationError as exc:
             raise _problems(exc) from exc
         only = None
@@ -316,17 +320,12 @@ class Harness:
         for name in self.subagents.names():
             provider = self.subagents.get(name)
             assert provider is not None
-            caps = provider.capabilities
             providers.append(
                 {
                     "name": name,
                     "kind": self._kinds.get(name),
-                    "capabilities": {
-                        "output_schema": caps.output_schema,
-                        "depth_limit": caps.depth_limit,
-                        "tool_filter": caps.tool_filter,
-                        "persona": caps.persona,
-                    },
+                    # Every field, so a new capability shows with no change here.
+                    "capabilities": asdict(provider.capabilities),
                     "inherits_parent_context": provider.inherits_parent_context,
                 }
             )

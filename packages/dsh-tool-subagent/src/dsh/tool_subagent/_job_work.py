@@ -50,15 +50,19 @@ async def background_outcome(
         finish_span(span, end)
         status = "killed"  # unless the mapping below returns: it raises only a cancellation
         try:
-            outcome = _job_outcome(end)
+            outcome = _job_outcome(end, structured=request.output_schema is not None)
             status = str(outcome.status)
         finally:
             span.event("dsh.job.settled", {"dsh.job.status": status})
         return outcome
 
 
-def _job_outcome(end: str | Finished | Interrupted) -> JobOutcome:
-    """How a background run ended, as its job's outcome (a job_kill's cancellation raises)."""
+def _job_outcome(end: str | Finished | Interrupted, *, structured: bool = False) -> JobOutcome:
+    """How a background run ended, as its job's outcome (a job_kill's cancellation raises).
+
+    ``structured``: the request had an output schema, so a completed job keeps the checked
+    value in its host-only ``meta`` (``structured_output``) beside the JSON text it outputs.
+    """
     if isinstance(end, str):
         if killed():
             # Killed while starting, and the start then failed instead of raising the
@@ -87,6 +91,8 @@ def _job_outcome(end: str | Finished | Interrupted) -> JobOutcome:
         if dispose:
             failed = f"completed{suffix}"
             return JobOutcome(JobStatus.FAILED, detail=failed, output=output, meta=meta)
+        if structured:
+            meta = {**(meta or {}), "structured_output": result.structured_output}
         return JobOutcome(JobStatus.COMPLETED, output=output, meta=meta)
     if reason == StopReason.ABORTED:
         return JobOutcome(JobStatus.KILLED, detail=suffix[2:] or None, output=output, meta=meta)

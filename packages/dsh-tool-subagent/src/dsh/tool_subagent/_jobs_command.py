@@ -129,6 +129,7 @@ def _as_json(record: JobRecord, *, output: bool = False) -> dict[str, Any]:
     data["usage"] = meta.get("usage")
     data["timings"] = meta.get("timings")
     data["workspace"] = meta.get("workspace")
+    data["structured_output"] = meta.get("structured_output")
     if output:
         data["output"] = record.output
     return data

@@ -66,6 +66,10 @@ _USAGE_ATTRIBUTES = {
     "context_window": "dsh.usage.context_window",
     "cost_usd": "dsh.usage.cost_usd",
     "model_requests": "dsh.usage.model_requests",
+    "rate_limit_used_percent": "dsh.rate_limit.used_percent",
+    "rate_limit_window_minutes": "dsh.rate_limit.window_minutes",
+    "rate_limit_resets_at": "dsh.rate_limit.resets_at",
+    "rate_limit_reached": "dsh.rate_limit.reached",
 }
 
 

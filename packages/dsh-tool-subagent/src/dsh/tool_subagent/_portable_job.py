@@ -63,7 +63,7 @@ def portable_delegation(
     and ``trace_context`` is the starting side's W3C trace context (``_otel.trace_carrier()``):
     the worker's span continues the host's trace.
     """
-    limits = limits or RunLimits(timeout_s=None, stall_timeout_s=None)
+    limits = limits or RunLimits(timeout_s=None, stall_timeout_s=None, max_total_tokens=None)
     return PortableWork(
         TARGET,
         {

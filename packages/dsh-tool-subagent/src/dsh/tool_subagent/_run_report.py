@@ -35,11 +35,14 @@ class RunReport:
     """dsh's own stamps of the run (``RunTimings.as_json``), when it got as far as starting."""
     workspace: dict[str, Any] | None = None
     """A worktree run's changes (branch, commit, base, files, counts; ``Changes.as_json``)."""
+    structured_output: Any = None
+    """The answer's JSON value, checked against ``--output-schema`` (absent when the run had no
+    schema, failed, or the value is ``null``: ``text`` is the same JSON)."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["elapsed_s"] = round(self.elapsed_s, 3)
-        for key in ("usage", "timings", "workspace"):
+        for key in ("usage", "timings", "workspace", "structured_output"):
             if data[key] is None:
                 del data[key]  # only a run that started (and was reported on) has them
         return data
@@ -64,6 +67,7 @@ def from_tool_result(result: ToolResult, elapsed_s: float, exit_code: int) -> Ru
         usage,
         timings,
         workspace,
+        value.get("structured_output"),
     )
 
 
@@ -105,6 +109,7 @@ def from_job(snapshot: JobSnapshot, output: str, elapsed_s: float, exit_code: in
         usage,
         timings,
         workspace,
+        (snapshot.meta or {}).get("structured_output"),
     )
 
 

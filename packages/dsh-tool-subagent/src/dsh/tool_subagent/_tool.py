@@ -5,26 +5,33 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from dsh.jobs import JobRegistry, JobWork
 from dsh.jobs.tools import ToolBase, ToolResult
 from dsh.subagent import (
-    Parent,
     StopReason,
     SubagentError,
     SubagentResult,
     SubagentService,
     SubagentStartRequest,
-    TextBlock,
 )
+from dsh.tool_subagent._arguments import DelegationArguments
 from dsh.tool_subagent._contract import Caller, Tool
 from dsh.tool_subagent._delegation import Interrupted, killed, run_to_end
 from dsh.tool_subagent._job_work import background_outcome
-from dsh.tool_subagent._limits import DEFAULT_STALL_TIMEOUT_S, DEFAULT_TIMEOUT_S, RunLimits
+from dsh.tool_subagent._limits import (
+    DEFAULT_MAX_TOTAL_TOKENS,
+    DEFAULT_STALL_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
+    RunLimits,
+)
+from dsh.tool_subagent._model_options import CommandLine
 from dsh.tool_subagent._otel import DelegationLabels, trace_carrier
+from dsh.tool_subagent._output_schema import OutputType, as_output, checked_schema, tool_schema
 from dsh.tool_subagent._portable_job import portable_delegation
 from dsh.tool_subagent._workspace import (
     DEFAULT_BRANCH_PREFIX,
@@ -45,6 +52,11 @@ DEFAULT_MAX_DEPTH = 3
 
 #: A limit in seconds: a number (not a bool or a string) above 0 and finite.
 Seconds = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
+#: A token cap: a whole number (not a bool, a float or a string) above 0.
+Tokens = Annotated[int, Field(strict=True, gt=0)]
+#: A cost cap in USD: a number above 0 and finite.
+Usd = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
+BranchPrefix = Annotated[str, AfterValidator(check_branch_prefix)]
 
 _HEADLINES = {
     StopReason.ABORTED: "subagent run was cancelled",
@@ -70,23 +82,88 @@ class SubagentToolConfig(BaseModel):
     max_depth: int | Literal["provider-managed"] | None = None
     #: The caller's wall-clock limit on one delegation, start included (docs/liveness.md).
     timeout_s: Seconds | None = DEFAULT_TIMEOUT_S
+    # A field with a ``CommandLine`` marker is a ``dsh run`` option that overrides it for one
+    # run (``_model_options``).
     #: The caller's limit on product silence: no activity stamp moved for this long.
-    stall_timeout_s: Seconds = DEFAULT_STALL_TIMEOUT_S
+    stall_timeout_s: Annotated[
+        Seconds,
+        CommandLine(
+            "--stall-timeout",
+            "stop the run after SECONDS without product activity (the tool's stall_timeout_s;"
+            " default: the profile's, else 900), exit 1",
+            "SECONDS",
+            float,
+        ),
+    ] = DEFAULT_STALL_TIMEOUT_S
+    #: The caller's spend caps (docs/liveness.md), checked on each usage report of the run.
+    max_total_tokens: Annotated[
+        Tokens,
+        CommandLine(
+            "--max-total-tokens",
+            "stop the run once the product reports TOKENS tokens spent (the tool's"
+            " max_total_tokens; default: the profile's, else 50000000), exit 1",
+            "TOKENS",
+            int,
+        ),
+    ] = DEFAULT_MAX_TOTAL_TOKENS
+    max_output_tokens: Annotated[
+        Tokens | None,
+        CommandLine(
+            "--max-output-tokens",
+            "stop the run once the product reports TOKENS output tokens (max_output_tokens)",
+            "TOKENS",
+            int,
+        ),
+    ] = None
+    #: Only for a provider that enforces a cost cap itself (``cost_limit``: Claude Code).
+    max_cost_usd: Annotated[
+        Usd | None,
+        CommandLine(
+            "--max-cost-usd",
+            "stop the run once the product's own cost figure reaches USD (max_cost_usd;"
+            " Claude Code only)",
+            "USD",
+            float,
+        ),
+    ] = None
     #: Where the product works: the caller's cwd, or a git worktree per run (docs/workspaces.md).
-    workspace: Literal["shared", "worktree"] = "shared"
+    workspace: Annotated[
+        Literal["shared", "worktree"],
+        CommandLine(
+            "--workspace",
+            "where the product works: the cwd (shared), or a git worktree of its repository"
+            " whose changes come back as a branch (worktree); default: the tool's",
+        ),
+    ] = "shared"
     #: A worktree starts at the parent's ``HEAD``, or with its uncommitted changes too.
-    worktree_base: Literal["head", "working-tree"] = "head"
+    worktree_base: Annotated[
+        Literal["head", "working-tree"],
+        CommandLine(
+            "--worktree-base",
+            "a worktree starts at HEAD, or with the uncommitted changes too (working-tree)",
+        ),
+    ] = "head"
     #: A worktree run's changes go to the branch ``<branch_prefix><job or run id>``.
-    branch_prefix: str = DEFAULT_BRANCH_PREFIX
+    branch_prefix: Annotated[
+        BranchPrefix,
+        CommandLine("--branch-prefix", "a worktree run's branch prefix (default dsh/)", "PREFIX"),
+    ] = DEFAULT_BRANCH_PREFIX
 
-    @field_validator("branch_prefix")
-    @classmethod
-    def _valid_prefix(cls, value: str) -> str:
-        return check_branch_prefix(value)
+    #: The answer's JSON Schema for every delegation of this tool (a caller's own wins): an
+    #: inline table, or the path of a JSON file (relative to the profile file's directory).
+    output_schema: Annotated[
+        dict[str, Any] | None, BeforeValidator(tool_schema), AfterValidator(checked_schema)
+    ] = None
 
     @property
     def limits(self) -> RunLimits:
-        return RunLimits(timeout_s=self.timeout_s, stall_timeout_s=self.stall_timeout_s)
+        return RunLimits(
+            timeout_s=self.timeout_s,
+            stall_timeout_s=self.stall_timeout_s,
+            max_total_tokens=self.max_total_tokens,
+            max_output_tokens=self.max_output_tokens,
+            max_cost_usd=self.max_cost_usd,
+        )
 
     @property
     def workspace_options(self) -> WorkspaceOptions | None:
@@ -124,6 +201,9 @@ class SubagentTool(ToolBase[Caller]):
         "open_world": True,
     }
 
+    #: The arguments one delegation takes; their model-visible part is the input schema.
+    arguments_model: ClassVar[type[DelegationArguments]] = DelegationArguments
+
     def __init__(
         self,
         config: SubagentToolConfig,
@@ -156,6 +236,12 @@ class SubagentTool(ToolBase[Caller]):
                 ' — set max_depth = "provider-managed"',
                 field="max_depth",
             )
+        if config.max_cost_usd is not None and not provider.capabilities.cost_limit:
+            raise MountError(
+                f'provider "{config.provider}" cannot enforce max_cost_usd (no cost_limit'
+                " capability: its product states no cost) — use max_total_tokens",
+                field="max_cost_usd",
+            )
         self.config = config
         self.service = service
         self.jobs = jobs
@@ -168,7 +254,9 @@ class SubagentTool(ToolBase[Caller]):
         kind = portable_provider[0] if portable_provider is not None else None
         self.labels = DelegationLabels(self.name, config.provider, kind, self.model)
         self.description = self._describe()
-        super().__init__(self._build_schema())
+        super().__init__(
+            self.arguments_model.input_schema(background=config.enable_run_in_background)
+        )
 
     def _describe(self) -> str:
         who = f"a {self.product} subagent" if self.product else "a subagent"
@@ -189,40 +277,6 @@ class SubagentTool(ToolBase[Caller]):
             )
         return " ".join(parts)
 
-    def _build_schema(self) -> dict[str, Any]:
-        properties: dict[str, Any] = {
-            "description": {
-                "type": "string",
-                "minLength": 1,
-                "description": "A short 3-5 word label for the task.",
-            },
-            "prompt": {
-                "type": "string",
-                "minLength": 1,
-                "description": "The complete, self-contained task for the subagent.",
-            },
-        }
-        if self.config.enable_run_in_background:
-            properties["run_in_background"] = {
-                "type": "boolean",
-                "description": "Return a job id at once instead of waiting (default false).",
-            }
-        return {
-            "type": "object",
-            "properties": properties,
-            "required": ["description", "prompt"],
-            "additionalProperties": False,
-        }
-
-    def _request(self, description: str, prompt: str, caller: Caller) -> SubagentStartRequest:
-        depth = self.config.max_depth
-        return SubagentStartRequest(
-            prompt=(TextBlock(prompt),),
-            parent=Parent(session_id=caller.session_id, cwd=caller.cwd),
-            label=description,
-            max_depth=depth if isinstance(depth, int) else None,
-        )
-
     async def call(self, arguments: Mapping[str, Any], caller: Caller) -> ToolResult:
         if not self.config.enable_run_in_background and isinstance(arguments, Mapping):
             if arguments.get("run_in_background") is True:
@@ -232,17 +286,46 @@ class SubagentTool(ToolBase[Caller]):
         return await super().call(arguments, caller)
 
     async def _call(self, arguments: Mapping[str, Any], caller: Caller) -> ToolResult:
-        request = self._request(arguments["description"], arguments["prompt"], caller)
+        # The mapping passed the input schema, the model-visible part of the arguments model.
+        return await self._delegate(self.arguments_model.model_validate(arguments), caller)
+
+    async def delegate(
+        self, arguments: DelegationArguments | Mapping[str, Any], caller: Caller
+    ) -> ToolResult:
+        """One delegation for a Python caller, who may set every field of the arguments model
+        (the model sees only the input schema's). Arguments the model refuses, or a background
+        run on a tool that disables it, are an ``is_error`` result naming the field."""
+        if not isinstance(arguments, DelegationArguments):
+            try:
+                arguments = self.arguments_model.model_validate(arguments)
+            except ValidationError as exc:
+                error = exc.errors()[0]
+                where = ".".join(str(part) for part in error["loc"]) or "arguments"
+                text = f'invalid arguments: field "{where}": {error["msg"]}'
+                return ToolResult(text=text, is_error=True)
+        if arguments.run_in_background and not self.config.enable_run_in_background:
+            return ToolResult(text=BACKGROUND_DISABLED, is_error=True)
+        return await self._delegate(arguments, caller)
+
+    async def _delegate(self, arguments: DelegationArguments, caller: Caller) -> ToolResult:
+        if arguments.output_schema is None and self.config.output_schema is not None:
+            arguments = arguments.model_copy(update={"output_schema": self.config.output_schema})
+        depth = self.config.max_depth
+        request = arguments.request(caller, depth if isinstance(depth, int) else None)
+        if self.config.max_cost_usd is not None:  # the product's own cap; dsh checks it too
+            request = replace(request, max_cost_usd=self.config.max_cost_usd)
         if self.config.workspace == "worktree":
             try:  # refused before anything is spawned or a job is started
                 find_repository(caller.cwd)
             except WorkspaceError as exc:
                 return ToolResult(text=str(exc), is_error=True)
-        if arguments.get("run_in_background", False):
-            return self._background(request, arguments["description"], caller)
-        return await self._foreground(request)
+        if arguments.run_in_background:
+            return self._background(request, arguments.description, caller)
+        return await self._foreground(request, arguments.output_schema)
 
-    async def _foreground(self, request: SubagentStartRequest) -> ToolResult:
+    async def _foreground(
+        self, request: SubagentStartRequest, output_type: OutputType | None = None
+    ) -> ToolResult:
         limits, workspace = self.config.limits, self.config.workspace_options
         end = await run_to_end(
             self.service,
@@ -262,7 +345,10 @@ class SubagentTool(ToolBase[Caller]):
         if isinstance(end, Interrupted):
             raise end.error
         result, dispose = end.result, end.dispose
-        value = {"stop_reason": str(result.stop_reason), "diagnostic": result.diagnostic}
+        value: dict[str, Any] = {
+            "stop_reason": str(result.stop_reason),
+            "diagnostic": result.diagnostic,
+        }
         meta, changes = end.host_facts(), end.changes
         if end.limit is not None:
             value["limit"] = end.limit_field
@@ -273,6 +359,13 @@ class SubagentTool(ToolBase[Caller]):
                 text=with_changes(text, changes), is_error=True, value=value, meta=meta
             )
         if result.stop_reason == StopReason.COMPLETED:
+            if output_type is not None:
+                try:  # the JSON matched the schema (the service checked it)
+                    value["structured_output"] = as_output(output_type, result.structured_output)
+                except ValueError as exc:
+                    value["stop_reason"] = str(StopReason.ERROR)
+                    text = f"{_HEADLINES[StopReason.ERROR]}\nDiagnostic: {exc}"
+                    return ToolResult(text=text, is_error=True, value=value, meta=meta)
             if dispose is None:
                 return ToolResult(text=with_changes(result.text, changes), value=value, meta=meta)
             text = f"subagent run completed; dispose failed: {dispose}\n{result.text}"

@@ -3,6 +3,8 @@
 - Every harness tool is an MCP tool with the same name, description and JSON input schema,
   plus behaviour annotations (:func:`annotations_for`); a ``ToolResult`` becomes a text content
   block with ``isError`` from ``is_error``.
+- A delegation tool with a fixed object ``output_schema`` and no background runs is listed with
+  it as ``outputSchema`` and answers with ``structuredContent`` (:func:`output_schema_for`).
 - One connection is one owner: a :class:`Caller` with a fresh session id (or, with ``[jobs]
   scope``, the scope's one owner) and the connection's working directory. When the connection
   closes, that owner's Jobs are cancelled and their process trees exit before
@@ -39,7 +41,7 @@ from dsh.tool_subagent._mcp.drain import draining
 from dsh.tool_subagent._mcp.notices import NOTICE_LEVEL, NOTICE_LOGGER, Notices
 from dsh.tool_subagent._mcp.stdin import stdin_lines
 from dsh.tool_subagent._mcp.streams import ReadStream, WriteStream
-from dsh.tool_subagent._tool import Caller
+from dsh.tool_subagent._tool import Caller, SubagentTool
 
 __all__ = [
     "NOTICE_LEVEL",
@@ -51,6 +53,7 @@ __all__ = [
     "instructions_for",
     "mcp_tool",
     "new_caller",
+    "output_schema_for",
     "serve_connection",
     "serve_stdio",
     "to_call_result",
@@ -81,27 +84,47 @@ def annotations_for(tool: Tool) -> types.ToolAnnotations | None:
     return types.ToolAnnotations(**{f"{name}_hint": value for name, value in hints.items()})
 
 
+def output_schema_for(tool: Tool) -> dict[str, Any] | None:
+    """The ``outputSchema`` an MCP host gets for ``tool``: a delegation tool's fixed
+    ``output_schema`` when it is an object schema (MCP's ``structuredContent`` is an object) and
+    the tool cannot start a background job (whose start answers with a job id, not the value).
+    Any other schema still shapes the answer, which comes back as its JSON text only."""
+    if not isinstance(tool, SubagentTool) or tool.config.enable_run_in_background:
+        return None
+    schema = tool.config.output_schema
+    return schema if schema is not None and schema.get("type") == "object" else None
+
+
 def mcp_tool(tool: Tool) -> types.Tool:
-    """A harness tool as an MCP tool: the same name, description and input schema, annotated."""
+    """A harness tool as an MCP tool: the same name, description and input schema, annotated,
+    and its answer's schema when it declares one (:func:`output_schema_for`)."""
     return types.Tool(
         name=tool.name,
         description=tool.description,
         input_schema=tool.input_schema,
+        output_schema=output_schema_for(tool),
         annotations=annotations_for(tool),
     )
 
 
-def to_call_result(result: ToolResult, notices: str | None = None) -> types.CallToolResult:
+def to_call_result(
+    result: ToolResult, notices: str | None = None, *, structured: bool = False
+) -> types.CallToolResult:
     """A ``ToolResult`` as MCP text content (``isError`` from ``is_error``); pending
-    completion notices follow as a second text block."""
-    content = [types.TextContent(type="text", text=result.text)]
+    completion notices follow as a second text block. ``structured``: the tool declared an
+    ``outputSchema``, so a successful result's checked value is its ``structuredContent``."""
+    content: list[types.TextContent] = [types.TextContent(type="text", text=result.text)]
     if notices:
         content.append(types.TextContent(type="text", text=notices))
-    if result.meta is None:
-        return types.CallToolResult(content=list(content), is_error=result.is_error)
-    # Host-only facts go in ``_meta``, which hosts do not show the model; the text is unchanged.
-    meta = {f"dsh/{key}": value for key, value in result.meta.items()}
-    return types.CallToolResult(content=list(content), is_error=result.is_error, _meta=meta)
+    extra: dict[str, Any] = {}
+    value = result.value or {}
+    if structured and not result.is_error and isinstance(value.get("structured_output"), dict):
+        extra["structured_content"] = value["structured_output"]
+    if result.meta is not None:
+        # Host-only facts go in ``_meta``, which hosts do not show the model; the text is
+        # unchanged.
+        extra["_meta"] = {f"dsh/{key}": item for key, item in result.meta.items()}
+    return types.CallToolResult(content=list(content), is_error=result.is_error, **extra)
 
 
 def _may_run_long(tool: Tool, arguments: Mapping[str, Any]) -> bool:
@@ -119,6 +142,7 @@ def build_server(
     """A low-level MCP ``Server`` serving ``harness.tools`` for the one owner ``caller``."""
     tools: dict[str, Tool] = {tool.name: tool for tool in harness.tools}
     listing = [mcp_tool(tool) for tool in harness.tools]
+    listing_by_name = {tool.name: tool for tool in listing}
     sink = notices if notices is not None else Notices(caller, harness.jobs)
     running = calls if calls is not None else Calls()
 
@@ -156,7 +180,9 @@ def build_server(
                 long=_may_run_long(tool, arguments),
             )
         await sink.flush_request_scoped(ctx)
-        return to_call_result(result, sink.for_result())
+        listed = listing_by_name.get(params.name)
+        structured = listed is not None and listed.output_schema is not None
+        return to_call_result(result, sink.for_result(), structured=structured)
 
     async def set_level(
         ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
