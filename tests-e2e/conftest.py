@@ -184,8 +184,9 @@ class Loopback:
     claude: FakeMessagesServer
     codex_env: dict[str, str]
     claude_env: dict[str, str]
-    #: Asked first for each Codex model request (``FakeResponsesServer``'s ``route``), if set.
+    #: Asked first for each model request of Codex or Claude Code (the servers' ``route``).
     codex_route: Callable[[Any], Any] | None = None
+    claude_route: Callable[[Any], Any] | None = None
     products = (CODEX, CLAUDE)
     tools = TOOLS
 
@@ -245,10 +246,17 @@ async def loopback(tmp_path: Path) -> AsyncIterator[Loopback]:
     """Both products' loopback model servers, a ``workspace`` and each product's hermetic env."""
     found: list[Loopback] = []
 
-    def route(request: Any) -> Any:
+    def codex_route(request: Any) -> Any:
         routed = found[0].codex_route
         return None if routed is None else routed(request)
 
-    async with FakeResponsesServer(route=route) as codex, FakeMessagesServer() as claude:
+    def claude_route(request: Any) -> Any:
+        routed = found[0].claude_route
+        return None if routed is None else routed(request)
+
+    async with (
+        FakeResponsesServer(route=codex_route) as codex,
+        FakeMessagesServer(route=claude_route) as claude,
+    ):
         found.append(Loopback.under(tmp_path, codex, claude))
         yield found[0]

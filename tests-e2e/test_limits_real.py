@@ -20,14 +20,12 @@ from typing import Any
 
 import pytest
 
-from dsh.subagent_claude_code.testing import FakeMessagesServer
-from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex.testing import (
     FunctionCallItem,
     Reply,
 )
 from dsh.subprocess.testing import run_to_exit
-from dsh.tool_subagent import Caller, Harness, ToolResult
+from dsh.tool_subagent import Caller, ToolResult
 from dsh.tool_subagent._demo.scenarios import owned_marked_processes
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(180)]
@@ -197,35 +195,28 @@ async def test_a_codex_command_that_prints_keeps_its_run_alive_and_a_silent_one_
 
 
 async def test_a_claude_code_bash_command_is_silent_to_dsh_even_when_it_prints(
-    tmp_path: Path,
+    loopback: Any,
 ) -> None:
     # The CLI streams nothing while its Bash tool runs, whatever the command prints: that is why
     # the default stall limit (900 s) is above the Bash tool's 10-minute maximum.
-    workspace = tmp_path / "bash-ws"
-    workspace.mkdir()
-    async with FakeMessagesServer() as claude:
-        env = {**claude_env(tmp_path / "bash-claude", claude.base_url), "IS_SANDBOX": "1"}
-        config = {"env": env, "stderr": "discard", "dispose_grace_ms": 2000}
-        profile = {
-            "provider": [
-                {"kind": CLAUDE, "config": {**config, "permission_mode": "bypassPermissions"}}
-            ],
-            "tool": [{"provider": CLAUDE, "tool_name": "bash_tool", "stall_timeout_s": STALL_S}],
-        }
-        token = f"{time.monotonic_ns() % 10**6}"
-        command = f"for i in 1 2 3 4 5 6 7 8 9 10; do echo tick {token} $i; sleep 1; done"
-        claude.queue_tool_call("Bash", {"command": command, "description": "print"})
-        claude.queue_text("the command finished")
-        async with Harness.from_profile(profile) as harness:
-            call = asyncio.ensure_future(
-                harness.tool("bash_tool").call(
-                    {"description": "bash", "prompt": "BASH please"}, Caller("l", str(workspace))
-                )
-            )
-            async with asyncio.timeout(60):
-                while not await asyncio.to_thread(_running, token):  # noqa: ASYNC110 - bounded poll
-                    await asyncio.sleep(0.05)
-            result = await call
+    claude = loopback.claude
+    config = {**loopback.unattended()["claude"], "stderr": "discard", "dispose_grace_ms": 2000}
+    profile = {
+        "provider": [{"kind": CLAUDE, "config": config}],
+        "tool": [{"provider": CLAUDE, "tool_name": "bash_tool", "stall_timeout_s": STALL_S}],
+    }
+    token = f"{time.monotonic_ns() % 10**6}"
+    command = f"for i in 1 2 3 4 5 6 7 8 9 10; do echo tick {token} $i; sleep 1; done"
+    claude.queue_tool_call("Bash", {"command": command, "description": "print"})
+    claude.queue_text("the command finished")
+    async with loopback.session(profile, Caller("l", str(loopback.workspace))) as session:
+        call = asyncio.ensure_future(
+            session.call("bash_tool", description="bash", prompt="BASH please")
+        )
+        async with asyncio.timeout(60):
+            while not await asyncio.to_thread(_running, token):  # noqa: ASYNC110 - bounded poll
+                await asyncio.sleep(0.05)
+        result = await call
     assert (result.text, result.is_error) == (STALLED, True)
     assert [r.answers_tool for r in claude.requests] == [False]  # stopped mid-command
     assert not await asyncio.to_thread(_running, token)
