@@ -193,7 +193,7 @@ class Loopback:
     @classmethod
     def under(cls, root: Path, codex: FakeResponsesServer, claude: FakeMessagesServer) -> Loopback:
         """The homes and ``workspace`` directories under ``root``, for the two servers."""
-        (root / "workspace").mkdir()
+        (root / "workspace").mkdir(exist_ok=True)
         home = write_codex_home(root / "codex-home", codex.base_url, "mock-model")
         claude_vars = claude_env(root / "claude", claude.base_url)
         return cls(root, root / "workspace", codex, claude, codex_env(home), claude_vars)

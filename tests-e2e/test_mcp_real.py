@@ -45,7 +45,6 @@ from dsh.subagent_codex.testing import (
     Stall,
     write_codex_home,
 )
-from dsh.subagent_codex.testing import hermetic_env as codex_env
 from dsh.subprocess import (
     Collect,
     ManagedProcess,
@@ -88,39 +87,6 @@ def assert_run_timings(timings: Mapping[str, float]) -> None:
     assert values == sorted(values)
 
 
-def _toml_string(value: str) -> str:
-    return json.dumps(value)  # a JSON string is a TOML basic string for these characters
-
-
-def _toml_env(env: Mapping[str, str]) -> str:
-    return "{ " + ", ".join(f"{k} = {_toml_string(v)}" for k, v in env.items()) + " }"
-
-
-def write_profile(tmp_path: Path, codex_base_url: str, claude_base_url: str) -> Path:
-    codex_home = write_codex_home(tmp_path / "codex-home", codex_base_url, "mock-model")
-    profile = tmp_path / "profile.toml"
-    profile.write_text(
-        "\n".join(
-            [
-                "[[provider]]",
-                'kind = "codex"',
-                "[provider.config]",
-                "dispose_grace_ms = 1000",
-                f"env = {_toml_env(codex_env(codex_home))}",
-                "",
-                "[[provider]]",
-                'kind = "claude-code"',
-                "[provider.config]",
-                "dispose_grace_ms = 1000",
-                f"env = {_toml_env(claude_env(tmp_path / 'claude-root', claude_base_url))}",
-                "",
-            ]
-        ),
-        encoding="utf-8",
-    )
-    return profile
-
-
 def codex_route(request: RecordedRequest) -> Reply | HttpStatus | Stall | None:
     """Codex answers by task: ``FAIL ...`` → HTTP 500 with a canary body, ``STALL ...`` → stall."""
     task = request.task or ""
@@ -134,17 +100,30 @@ def codex_route(request: RecordedRequest) -> Reply | HttpStatus | Stall | None:
 @dataclass
 class Servers:
     """Both loopback model servers (Codex's answering by task, ``codex_route``) and a profile
-    that points both products at them."""
+    that points both products at them (``tests-e2e/conftest.py``'s ``loopback``)."""
 
     codex: FakeResponsesServer
     claude: FakeMessagesServer
     profile: Path
+    loopback: Any
+
+    def stall_limited(self) -> Path:
+        """The profile with one tool per provider under the stall limit (the default tools)."""
+        tools = [
+            {"provider": kind, "tool_name": name, "max_depth": "provider-managed"}
+            | {"stall_timeout_s": MCP_STALL_S}
+            for kind, name in (("codex", "subagent_codex"), ("claude-code", "subagent_claude_code"))
+        ]
+        profile = self.loopback.profile({"dispose_grace_ms": 1000}, tool=tools)
+        written: Path = self.loopback.write(profile, self.loopback.root / "stall-profile.toml")
+        return written
 
 
 @pytest.fixture
-async def servers(tmp_path: Path) -> AsyncIterator[Servers]:
-    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
-        yield Servers(codex, claude, write_profile(tmp_path, codex.base_url, claude.base_url))
+def servers(loopback: Any) -> Servers:
+    loopback.codex_route = codex_route
+    profile = loopback.write(loopback.profile({"dispose_grace_ms": 1000}))
+    return Servers(loopback.codex, loopback.claude, profile, loopback)
 
 
 @dataclass
@@ -452,30 +431,8 @@ async def test_sigterm_with_stdin_still_open_closes_the_trees_then_exits_0(
     codex, profile = servers.codex, servers.profile
     runtime = SubprocessRuntime()
     try:
-        process = await runtime.spawn(
-            SpawnSpec(
-                argv=[str(DSH), "mcp", "--profile", str(profile)],
-                cwd=workspace,
-                stdin="pipe",
-                stdout="pipe",
-                stderr="ignore",
-            )
-        )
-        await _send(
-            process,
-            {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "raw-client", "version": "0"},
-                },
-            },
-        )
-        assert "result" in await _response(process, 1)
-        await _send(process, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        argv = [str(DSH), "mcp", "--profile", str(profile)]
+        process = await _spawn_initialized(runtime, argv, workspace)
         arguments = {"description": "stall", "prompt": "STALL codex", "run_in_background": True}
         await _send(
             process,
@@ -534,21 +491,27 @@ async def _claude_code_shutdown(process: ManagedProcess) -> Any:
         return await process.wait()
 
 
+@asynccontextmanager
 async def _stalled_foreground_codex_call(
-    runtime: SubprocessRuntime, profile: Path, codex: FakeResponsesServer, root: Path
-) -> Any:
-    """``dsh mcp`` with request 2, a foreground Codex call, stalled mid-turn."""
-    argv = [str(DSH), "mcp", "--profile", str(profile)]
-    process = await _spawn_initialized(runtime, argv, root / "workspace")
-    call = {
-        "name": "subagent_codex",
-        "arguments": {"description": "stall", "prompt": "STALL codex"},
-    }
-    await _send(process, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
-    await codex.wait_for_requests(1, timeout=90)
-    live = await anyio.to_thread.run_sync(ours, root)
-    assert len(live) >= 2  # the server and the Codex tree, mid-turn
-    return process
+    servers: Servers, root: Path
+) -> AsyncIterator[ManagedProcess]:
+    """``dsh mcp`` with request 2, a foreground Codex call, stalled mid-turn; its runtime is
+    closed on the way out."""
+    runtime = SubprocessRuntime()
+    try:
+        argv = [str(DSH), "mcp", "--profile", str(servers.profile)]
+        process = await _spawn_initialized(runtime, argv, root / "workspace")
+        call = {
+            "name": "subagent_codex",
+            "arguments": {"description": "stall", "prompt": "STALL codex"},
+        }
+        await _send(process, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+        await servers.codex.wait_for_requests(1, timeout=90)
+        live = await anyio.to_thread.run_sync(ours, root)
+        assert len(live) >= 2  # the server and the Codex tree, mid-turn
+        yield process
+    finally:
+        await runtime.aclose()
 
 
 @pytest.mark.timeout(60)
@@ -587,16 +550,11 @@ async def test_a_stop_right_after_the_handshake_is_a_clean_exit_every_time(
 async def test_claude_codes_shutdown_with_a_run_in_flight_exits_the_tree_before_the_server(
     tmp_path: Path, workspace: Path, servers: Servers
 ) -> None:
-    codex, profile = servers.codex, servers.profile
-    runtime = SubprocessRuntime()
-    try:
-        process = await _stalled_foreground_codex_call(runtime, profile, codex, tmp_path)
+    async with _stalled_foreground_codex_call(servers, tmp_path) as process:
         outcome = await _claude_code_shutdown(process)
         # A /proc walk the moment the server is reaped, with no settling: the Codex tree
         # exited before the server did.
         left = await anyio.to_thread.run_sync(ours, tmp_path)
-    finally:
-        await runtime.aclose()
     assert (outcome.exit_code, outcome.signal) == (130, None)
     assert left == []
 
@@ -796,6 +754,47 @@ def report_usage_canary(codex: FakeResponsesServer, claude: FakeMessagesServer) 
     claude.usage = {"input_tokens": USAGE_CANARY, "output_tokens": 5}
 
 
+def _claude_host_paths(root: Path, profile: Path, workspace: Path) -> dict[str, str]:
+    """docs/mcp.md's placeholders for Claude Code as the MCP host; the recipe's MCP config is
+    written to ``root/dsh-mcp.json``."""
+    mcp_json = root / "dsh-mcp.json"
+    paths = {
+        "/path/to/profile.toml": str(profile),
+        "/path/to/project": str(workspace),
+        "/path/to/dsh-mcp.json": str(mcp_json),
+    }
+    mcp_json.write_text(recipe("mcp-json", paths), encoding="utf-8")
+    return paths
+
+
+async def _run_claude_host(
+    script: Any, commands: list[list[str]], root: Path, workspace: Path
+) -> tuple[str, str, list[str]]:
+    """Run the recipe's ``commands`` with the real Claude Code as the host, its model scripted by
+    ``script``: stdout, stderr and every request body the host sent its model."""
+    with FakeMessagesServer(route=claude_host_route(script)) as host:
+        env = claude_env(root / "host-claude-root", host.base_url) | host_tmp(root / "host-tmp")
+        out, err = await _run_hosts(commands, workspace, env)
+        bodies = [json.dumps(request.body) for request in host.requests]
+    return out, err, bodies
+
+
+def _host_delegating(
+    servers: Servers, foreground: str, background: str, claude_answer: str
+) -> HostScript:
+    """A host that delegates ``foreground`` in the foreground and ``background`` as a job, each
+    to the product its prompt names; Claude Code's subagent answers its prompt with
+    ``claude_answer`` (Codex's echoes), and both report the usage canary."""
+    tools = {"codex": "subagent_codex", "claude": "subagent_claude_code"}
+    foreground_tool, background_tool = (
+        tools[prompt.split()[1]] for prompt in (foreground, background)
+    )
+    claude_prompt = foreground if foreground_tool == "subagent_claude_code" else background
+    servers.claude.queue_text(claude_answer, match=claude_prompt)
+    report_usage_canary(servers.codex, servers.claude)
+    return HostScript.delegating((foreground_tool, foreground), (background_tool, background))
+
+
 def assert_usage_stayed_host_side(model_inputs: list[str]) -> None:
     """Neither the count nor the ``dsh/`` meta keys reached what the host sent its model."""
     seen = "\n".join(model_inputs)
@@ -820,62 +819,45 @@ def _assert_host_saw(script: HostScript, foreground_answer: str, background_answ
 
 @pytest.mark.timeout(300)
 async def test_codex_exec_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_result(
-    tmp_path: Path, workspace: Path
+    tmp_path: Path, workspace: Path, servers: Servers
 ) -> None:
-    script = HostScript.delegating(
-        ("subagent_codex", "FG codex host"), ("subagent_claude_code", "BG claude host")
+    script = _host_delegating(
+        servers, "FG codex host", "BG claude host", "claude background answer"
     )
-    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
-        claude.queue_text("claude background answer", match="BG claude host")
-        report_usage_canary(codex, claude)
-        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
-        paths = {"/path/to/profile.toml": str(profile), "/path/to/project": str(workspace)}
-        with threaded_responses_server(codex_host_route(script)) as host_url:
-            home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
-            with (home / "config.toml").open("a", encoding="utf-8") as config:
-                config.write("\n" + recipe("codex-config", paths))
-            commands = recipe_commands("codex-exec", paths)
-            assert [c[:2] for c in commands] == [["codex", "exec"]]
-            env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
-            out, err = await _run_hosts(commands, workspace, {**env, "RUST_LOG": "error"})
-        assert out.strip() == "host done", err[-3000:]
-        _assert_host_saw(script, "codex says: FG codex host", "claude background answer")
-        assert_usage_stayed_host_side([text for results in script.seen for text in results])
-        assert await settle_ours(tmp_path) == []
+    profile = servers.profile
+    paths = {"/path/to/profile.toml": str(profile), "/path/to/project": str(workspace)}
+    with threaded_responses_server(codex_host_route(script)) as host_url:
+        home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
+        with (home / "config.toml").open("a", encoding="utf-8") as config:
+            config.write("\n" + recipe("codex-config", paths))
+        commands = recipe_commands("codex-exec", paths)
+        assert [c[:2] for c in commands] == [["codex", "exec"]]
+        env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
+        out, err = await _run_hosts(commands, workspace, {**env, "RUST_LOG": "error"})
+    assert out.strip() == "host done", err[-3000:]
+    _assert_host_saw(script, "codex says: FG codex host", "claude background answer")
+    assert_usage_stayed_host_side([text for results in script.seen for text in results])
+    assert await settle_ours(tmp_path) == []
 
 
 @pytest.mark.parametrize("recipe_name", ["claude-mcp-add", "claude-mcp-config"])
 @pytest.mark.timeout(300)
 async def test_claude_code_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_result(
-    tmp_path: Path, workspace: Path, recipe_name: str
+    tmp_path: Path, workspace: Path, servers: Servers, recipe_name: str
 ) -> None:
-    script = HostScript.delegating(
-        ("subagent_claude_code", "FG claude host"), ("subagent_codex", "BG codex host")
+    script = _host_delegating(
+        servers, "FG claude host", "BG codex host", "claude foreground answer"
     )
-    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
-        claude.queue_text("claude foreground answer", match="FG claude host")
-        report_usage_canary(codex, claude)
-        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
-        mcp_json = tmp_path / "dsh-mcp.json"
-        paths = {
-            "/path/to/profile.toml": str(profile),
-            "/path/to/project": str(workspace),
-            "/path/to/dsh-mcp.json": str(mcp_json),
-        }
-        mcp_json.write_text(recipe("mcp-json", paths), encoding="utf-8")
-        with FakeMessagesServer(route=claude_host_route(script)) as host:
-            commands = recipe_commands(recipe_name, paths)  # `claude mcp add`, then `claude -p`
-            assert commands[-1][:2] == ["claude", "-p"]
-            env = claude_env(tmp_path / "host-claude-root", host.base_url)
-            env |= host_tmp(tmp_path / "host-tmp")
-            out, err = await _run_hosts(commands, workspace, env)
-            host_bodies = [json.dumps(request.body) for request in host.requests]
-        assert out.strip() == "host done", err[-3000:]
-        _assert_host_saw(script, "claude foreground answer", "codex says: BG codex host")
-        # Whole request bodies: everything the real host sent its model, tool results included.
-        assert any("claude foreground answer" in body for body in host_bodies)
-        assert_usage_stayed_host_side(host_bodies)
-        assert await settle_ours(tmp_path) == []
+    paths = _claude_host_paths(tmp_path, servers.profile, workspace)
+    commands = recipe_commands(recipe_name, paths)  # `claude mcp add`, then `claude -p`
+    assert commands[-1][:2] == ["claude", "-p"]
+    out, err, host_bodies = await _run_claude_host(script, commands, tmp_path, workspace)
+    assert out.strip() == "host done", err[-3000:]
+    _assert_host_saw(script, "claude foreground answer", "codex says: BG codex host")
+    # Whole request bodies: everything the real host sent its model, tool results included.
+    assert any("claude foreground answer" in body for body in host_bodies)
+    assert_usage_stayed_host_side(host_bodies)
+    assert await settle_ours(tmp_path) == []
 
 
 # ---- closing stdin with requests pending; a profile without delegation tools ------------------
@@ -937,10 +919,7 @@ async def test_requests_pending_at_stdin_eof_are_answered_and_a_jobs_only_profil
 async def test_notifications_cancelled_ends_a_real_foreground_run_and_its_tree(
     tmp_path: Path, workspace: Path, servers: Servers
 ) -> None:
-    codex, profile = servers.codex, servers.profile
-    runtime = SubprocessRuntime()
-    try:
-        process = await _stalled_foreground_codex_call(runtime, profile, codex, tmp_path)
+    async with _stalled_foreground_codex_call(servers, tmp_path) as process:
         cancel = {"requestId": 2, "reason": "the user interrupted"}
         await _send(
             process, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
@@ -959,8 +938,6 @@ async def test_notifications_cancelled_ends_a_real_foreground_run_and_its_tree(
         process.stdin.close()
         with anyio.fail_after(10):
             outcome = await process.wait()
-    finally:
-        await runtime.aclose()
     assert outcome.exit_code == 0
     assert await settle_ours(tmp_path) == []
 
@@ -1016,30 +993,24 @@ MCP_STALL_S = 2
 MCP_STALLED = "subagent run stopped: no product activity for 2 s (stall_timeout_s)"
 
 
-def _with_stall_limit(profile: Path) -> Path:
-    """The profile with one tool per provider under the stall limit (the default tool names)."""
-    rows = []
-    for kind, name in (("codex", "subagent_codex"), ("claude-code", "subagent_claude_code")):
-        rows += [
-            "[[tool]]",
-            f'provider = "{kind}"',
-            f'tool_name = "{name}"',
-            'max_depth = "provider-managed"',
-            f"stall_timeout_s = {MCP_STALL_S}",
-            "",
-        ]
-    with profile.open("a", encoding="utf-8") as out:
-        out.write("\n".join(rows))
-    return profile
+@dataclass
+class Arrival:
+    at: float | None = None
+
+    def mark(self) -> None:
+        if self.at is None:
+            self.at = time.monotonic()
 
 
 @dataclass
 class StallScript:
-    """The host delegates once to a stalling subagent, then answers with what it got back."""
+    """The host delegates once to a stalling subagent, then answers with what it got back;
+    ``stalled`` is when the subagent's model request arrived (its server marks it)."""
 
     tool: str
     results: list[str] = field(default_factory=list)
     result_seen_at: float | None = None
+    stalled: Arrival = field(default_factory=Arrival)
 
     def next_call(self, results: list[str]) -> tuple[str, dict[str, Any]] | None:
         if not results:
@@ -1050,16 +1021,8 @@ class StallScript:
         return None
 
 
-@dataclass
-class Arrival:
-    at: float | None = None
-
-    def mark(self) -> None:
-        if self.at is None:
-            self.at = time.monotonic()
-
-
-def _assert_stopped_in_time(script: StallScript, stalled: Arrival) -> None:
+def _assert_stopped_in_time(script: StallScript) -> None:
+    stalled = script.stalled
     assert script.results, "the host never sent the delegation's tool result to its model"
     assert MCP_STALLED in script.results[0], script.results
     assert stalled.at is not None, "the subagent's model request never arrived"
@@ -1071,61 +1034,46 @@ def _assert_stopped_in_time(script: StallScript, stalled: Arrival) -> None:
 
 @pytest.mark.timeout(300)
 async def test_codex_exec_as_host_gets_the_stall_limit_of_a_stalled_claude_code_subagent(
-    tmp_path: Path, workspace: Path
+    tmp_path: Path, workspace: Path, servers: Servers
 ) -> None:
     script = StallScript("subagent_claude_code")
-    stalled = Arrival()
 
     def claude_route(request: ClaudeRequest) -> Behaviour | None:
         if request.task == "STALL via mcp":
-            stalled.mark()
+            script.stalled.mark()
             return Behaviour("stall", seconds=40)
         return None
 
-    async with (
-        FakeResponsesServer(route=codex_route) as codex,
-        FakeMessagesServer(route=claude_route) as claude,
-    ):
-        profile = _with_stall_limit(write_profile(tmp_path, codex.base_url, claude.base_url))
-        paths = {"/path/to/profile.toml": str(profile), "/path/to/project": str(workspace)}
-        with threaded_responses_server(codex_host_route(script)) as host_url:  # type: ignore[arg-type]
-            home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
-            with (home / "config.toml").open("a", encoding="utf-8") as config:
-                config.write("\n" + recipe("codex-config", paths))
-            env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
-            commands = recipe_commands("codex-exec", paths)
-            out, err = await _run_hosts(commands, workspace, {**env, "RUST_LOG": "error"})
-        assert out.strip() == "host done", err[-3000:]
-    _assert_stopped_in_time(script, stalled)
+    servers.loopback.claude_route = claude_route
+    profile = servers.stall_limited()
+    paths = {"/path/to/profile.toml": str(profile), "/path/to/project": str(workspace)}
+    with threaded_responses_server(codex_host_route(script)) as host_url:  # type: ignore[arg-type]
+        home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
+        with (home / "config.toml").open("a", encoding="utf-8") as config:
+            config.write("\n" + recipe("codex-config", paths))
+        env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
+        commands = recipe_commands("codex-exec", paths)
+        out, err = await _run_hosts(commands, workspace, {**env, "RUST_LOG": "error"})
+    assert out.strip() == "host done", err[-3000:]
+    _assert_stopped_in_time(script)
     assert await settle_ours(tmp_path) == []
 
 
 @pytest.mark.timeout(300)
 async def test_claude_code_as_host_gets_the_stall_limit_of_a_stalled_codex_subagent(
-    tmp_path: Path, workspace: Path
+    tmp_path: Path, workspace: Path, servers: Servers
 ) -> None:
     script = StallScript("subagent_codex")
-    stalled = Arrival()
 
     def subagent_route(request: RecordedRequest) -> Reply | HttpStatus | Stall | None:
         if (request.task or "").startswith("STALL"):
-            stalled.mark()
+            script.stalled.mark()
         return codex_route(request)
 
-    async with FakeResponsesServer(route=subagent_route) as codex, FakeMessagesServer() as claude:
-        profile = _with_stall_limit(write_profile(tmp_path, codex.base_url, claude.base_url))
-        mcp_json = tmp_path / "dsh-mcp.json"
-        paths = {
-            "/path/to/profile.toml": str(profile),
-            "/path/to/project": str(workspace),
-            "/path/to/dsh-mcp.json": str(mcp_json),
-        }
-        mcp_json.write_text(recipe("mcp-json", paths), encoding="utf-8")
-        with FakeMessagesServer(route=claude_host_route(script)) as host:  # type: ignore[arg-type]
-            commands = recipe_commands("claude-mcp-config", paths)
-            env = claude_env(tmp_path / "host-claude-root", host.base_url)
-            env |= host_tmp(tmp_path / "host-tmp")
-            out, err = await _run_hosts(commands, workspace, env)
-        assert out.strip() == "host done", err[-3000:]
-    _assert_stopped_in_time(script, stalled)
+    servers.loopback.codex_route = subagent_route
+    paths = _claude_host_paths(tmp_path, servers.stall_limited(), workspace)
+    commands = recipe_commands("claude-mcp-config", paths)
+    out, err, _ = await _run_claude_host(script, commands, tmp_path, workspace)
+    assert out.strip() == "host done", err[-3000:]
+    _assert_stopped_in_time(script)
     assert await settle_ours(tmp_path) == []
