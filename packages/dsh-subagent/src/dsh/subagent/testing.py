@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
 from dsh.subagent._conformance import ConformanceReport, run_provider_conformance
@@ -97,12 +96,7 @@ class BareRun:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
 
