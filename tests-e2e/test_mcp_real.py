@@ -855,6 +855,62 @@ async def test_claude_code_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_r
         assert await settle_ours(tmp_path) == []
 
 
+TYPED_SCHEMA = {
+    "type": "object",
+    "properties": {"failing": {"type": "array", "items": {"type": "string"}}},
+    "required": ["failing"],
+    "additionalProperties": False,
+}
+TYPED_VALUE = {"failing": ["test_a", "test_b ✓"]}
+
+
+@pytest.mark.timeout(240)
+async def test_claude_code_as_mcp_host_receives_a_typed_tools_json(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """A real host (``claude -p``) calls a dsh tool that declares ``outputSchema``; the value a
+    real Codex answered with reaches the host's model as the value's JSON."""
+    async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
+        codex.queue_text(json.dumps(TYPED_VALUE), phase="final_answer")
+        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
+        (tmp_path / "failing.json").write_text(json.dumps(TYPED_SCHEMA), encoding="utf-8")
+        with profile.open("a", encoding="utf-8") as rows:
+            rows.write(
+                '[[tool]]\nprovider = "codex"\ntool_name = "failing_tests"\n'
+                'enable_run_in_background = false\noutput_schema = "failing.json"\n'
+            )
+        mcp_json = tmp_path / "dsh-mcp.json"
+        paths = {
+            "/path/to/profile.toml": str(profile),
+            "/path/to/project": str(workspace),
+            "/path/to/dsh-mcp.json": str(mcp_json),
+        }
+        mcp_json.write_text(recipe("mcp-json", paths), encoding="utf-8")
+        task = {"description": "find the failing tests", "prompt": "List the failing tests."}
+
+        def route(request: ClaudeRequest) -> Behaviour:
+            if not request.tool_results:
+                return Behaviour(
+                    "tool_use", tool_name=f"{NAMESPACE}__failing_tests", tool_input=task
+                )
+            return Behaviour("text", text="host done")
+
+        with FakeMessagesServer(route=route) as host:
+            env = claude_env(tmp_path / "host-claude-root", host.base_url)
+            env |= host_tmp(tmp_path / "host-tmp")
+            out, err = await _run_hosts(recipe_commands("claude-mcp-config", paths), workspace, env)
+            seen = [request.tool_results for request in host.requests]
+        assert out.strip() == "host done", err[-3000:]
+        (results,) = [r for r in seen if r]
+        (text,) = results
+        # What the host's model read: the value's compact JSON (as dsh's text content and its
+        # structuredContent both give it).
+        assert text == '{"failing":["test_a","test_b ✓"]}'
+        (request,) = codex.requests
+        assert request.body["text"]["format"]["schema"] == TYPED_SCHEMA
+        assert await settle_ours(tmp_path) == []
+
+
 # ---- closing stdin with requests pending; a profile without delegation tools ------------------
 
 
