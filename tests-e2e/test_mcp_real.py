@@ -611,6 +611,26 @@ def recipe_commands(name: str, substitutions: Mapping[str, str]) -> list[list[st
     return [shlex.split(line) for line in recipe(name, substitutions).splitlines() if line]
 
 
+def claude_host_paths(tmp_path: Path, profile: Path, workspace: Path) -> dict[str, str]:
+    """The recipes' placeholders for a Claude Code host, its ``dsh-mcp.json`` written."""
+    mcp_json = tmp_path / "dsh-mcp.json"
+    paths = {
+        "/path/to/profile.toml": str(profile),
+        "/path/to/project": str(workspace),
+        "/path/to/dsh-mcp.json": str(mcp_json),
+    }
+    mcp_json.write_text(recipe("mcp-json", paths), encoding="utf-8")
+    return paths
+
+
+def claude_host_env(tmp_path: Path, base_url: str) -> dict[str, str]:
+    """A hermetic environment for the Claude Code host talking to ``base_url``."""
+    return {
+        **claude_env(tmp_path / "host-claude-root", base_url),
+        **host_tmp(tmp_path / "host-tmp"),
+    }
+
+
 @dataclass
 class HostScript:
     """The host model's turns, decided from the tool results it has been sent so far.
@@ -833,18 +853,11 @@ async def test_claude_code_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_r
         claude.queue_text("claude foreground answer", match="FG claude host")
         report_usage_canary(codex, claude)
         profile = write_profile(tmp_path, codex.base_url, claude.base_url)
-        mcp_json = tmp_path / "dsh-mcp.json"
-        paths = {
-            "/path/to/profile.toml": str(profile),
-            "/path/to/project": str(workspace),
-            "/path/to/dsh-mcp.json": str(mcp_json),
-        }
-        mcp_json.write_text(recipe("mcp-json", paths), encoding="utf-8")
+        paths = claude_host_paths(tmp_path, profile, workspace)
         with FakeMessagesServer(route=claude_host_route(script)) as host:
             commands = recipe_commands(recipe_name, paths)  # `claude mcp add`, then `claude -p`
             assert commands[-1][:2] == ["claude", "-p"]
-            env = claude_env(tmp_path / "host-claude-root", host.base_url)
-            env |= host_tmp(tmp_path / "host-tmp")
+            env = claude_host_env(tmp_path, host.base_url)
             out, err = await _run_hosts(commands, workspace, env)
             host_bodies = [json.dumps(request.body) for request in host.requests]
         assert out.strip() == "host done", err[-3000:]
@@ -852,6 +865,55 @@ async def test_claude_code_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_r
         # Whole request bodies: everything the real host sent its model, tool results included.
         assert any("claude foreground answer" in body for body in host_bodies)
         assert_usage_stayed_host_side(host_bodies)
+        assert await settle_ours(tmp_path) == []
+
+
+TYPED_SCHEMA = {
+    "type": "object",
+    "properties": {"failing": {"type": "array", "items": {"type": "string"}}},
+    "required": ["failing"],
+    "additionalProperties": False,
+}
+TYPED_VALUE = {"failing": ["test_a", "test_b ✓"]}
+
+
+@pytest.mark.timeout(240)
+async def test_claude_code_as_mcp_host_receives_a_typed_tools_json(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """A real host (``claude -p``) calls a dsh tool that declares ``outputSchema``; the value a
+    real Codex answered with reaches the host's model as the value's JSON."""
+    async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
+        codex.queue_text(json.dumps(TYPED_VALUE), phase="final_answer")
+        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
+        (tmp_path / "failing.json").write_text(json.dumps(TYPED_SCHEMA), encoding="utf-8")
+        with profile.open("a", encoding="utf-8") as rows:
+            rows.write(
+                '[[tool]]\nprovider = "codex"\ntool_name = "failing_tests"\n'
+                'enable_run_in_background = false\noutput_schema = "failing.json"\n'
+            )
+        paths = claude_host_paths(tmp_path, profile, workspace)
+        task = {"description": "find the failing tests", "prompt": "List the failing tests."}
+
+        def route(request: ClaudeRequest) -> Behaviour:
+            if not request.tool_results:
+                return Behaviour(
+                    "tool_use", tool_name=f"{NAMESPACE}__failing_tests", tool_input=task
+                )
+            return Behaviour("text", text="host done")
+
+        with FakeMessagesServer(route=route) as host:
+            env = claude_host_env(tmp_path, host.base_url)
+            out, err = await _run_hosts(recipe_commands("claude-mcp-config", paths), workspace, env)
+            seen = [request.tool_results for request in host.requests]
+        assert out.strip() == "host done", err[-3000:]
+        (results,) = [r for r in seen if r]
+        (text,) = results
+        # What the host's model read: the value's compact JSON (as dsh's text content and its
+        # structuredContent both give it).
+        assert text == '{"failing":["test_a","test_b ✓"]}'
+        (request,) = codex.requests
+        assert request.body["text"]["format"]["schema"] == TYPED_SCHEMA
         assert await settle_ours(tmp_path) == []
 
 
@@ -1102,17 +1164,10 @@ async def test_claude_code_as_host_gets_the_stall_limit_of_a_stalled_codex_subag
 
     async with FakeResponsesServer(route=subagent_route) as codex, FakeMessagesServer() as claude:
         profile = _with_stall_limit(write_profile(tmp_path, codex.base_url, claude.base_url))
-        mcp_json = tmp_path / "dsh-mcp.json"
-        paths = {
-            "/path/to/profile.toml": str(profile),
-            "/path/to/project": str(workspace),
-            "/path/to/dsh-mcp.json": str(mcp_json),
-        }
-        mcp_json.write_text(recipe("mcp-json", paths), encoding="utf-8")
+        paths = claude_host_paths(tmp_path, profile, workspace)
         with FakeMessagesServer(route=claude_host_route(script)) as host:  # type: ignore[arg-type]
             commands = recipe_commands("claude-mcp-config", paths)
-            env = claude_env(tmp_path / "host-claude-root", host.base_url)
-            env |= host_tmp(tmp_path / "host-tmp")
+            env = claude_host_env(tmp_path, host.base_url)
             out, err = await _run_hosts(commands, workspace, env)
         assert out.strip() == "host done", err[-3000:]
     _assert_stopped_in_time(script, stalled)
