@@ -581,6 +581,26 @@ def recipe_commands(name: str, substitutions: Mapping[str, str]) -> list[list[st
     return [shlex.split(line) for line in recipe(name, substitutions).splitlines() if line]
 
 
+def claude_host_paths(tmp_path: Path, profile: Path, workspace: Path) -> dict[str, str]:
+    """The recipes' placeholders for a Claude Code host, its ``dsh-mcp.json`` written."""
+    mcp_json = tmp_path / "dsh-mcp.json"
+    paths = {
+        "/path/to/profile.toml": str(profile),
+        "/path/to/project": str(workspace),
+        "/path/to/dsh-mcp.json": str(mcp_json),
+    }
+    mcp_json.write_text(recipe("mcp-json", paths), encoding="utf-8")
+    return paths
+
+
+def claude_host_env(tmp_path: Path, base_url: str) -> dict[str, str]:
+    """A hermetic environment for the Claude Code host talking to ``base_url``."""
+    return {
+        **claude_env(tmp_path / "host-claude-root", base_url),
+        **host_tmp(tmp_path / "host-tmp"),
+    }
+
+
 @dataclass
 class HostScript:
     """The host model's turns, decided from the tool results it has been sent so far.
@@ -754,27 +774,13 @@ def report_usage_canary(codex: FakeResponsesServer, claude: FakeMessagesServer) 
     claude.usage = {"input_tokens": USAGE_CANARY, "output_tokens": 5}
 
 
-def _claude_host_paths(root: Path, profile: Path, workspace: Path) -> dict[str, str]:
-    """docs/mcp.md's placeholders for Claude Code as the MCP host; the recipe's MCP config is
-    written to ``root/dsh-mcp.json``."""
-    mcp_json = root / "dsh-mcp.json"
-    paths = {
-        "/path/to/profile.toml": str(profile),
-        "/path/to/project": str(workspace),
-        "/path/to/dsh-mcp.json": str(mcp_json),
-    }
-    mcp_json.write_text(recipe("mcp-json", paths), encoding="utf-8")
-    return paths
-
-
 async def _run_claude_host(
     script: Any, commands: list[list[str]], root: Path, workspace: Path
 ) -> tuple[str, str, list[str]]:
     """Run the recipe's ``commands`` with the real Claude Code as the host, its model scripted by
     ``script``: stdout, stderr and every request body the host sent its model."""
     with FakeMessagesServer(route=claude_host_route(script)) as host:
-        env = claude_env(root / "host-claude-root", host.base_url) | host_tmp(root / "host-tmp")
-        out, err = await _run_hosts(commands, workspace, env)
+        out, err = await _run_hosts(commands, workspace, claude_host_env(root, host.base_url))
         bodies = [json.dumps(request.body) for request in host.requests]
     return out, err, bodies
 
@@ -848,7 +854,7 @@ async def test_claude_code_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_r
     script = _host_delegating(
         servers, "FG claude host", "BG codex host", "claude foreground answer"
     )
-    paths = _claude_host_paths(tmp_path, servers.profile, workspace)
+    paths = claude_host_paths(tmp_path, servers.profile, workspace)
     commands = recipe_commands(recipe_name, paths)  # `claude mcp add`, then `claude -p`
     assert commands[-1][:2] == ["claude", "-p"]
     out, err, host_bodies = await _run_claude_host(script, commands, tmp_path, workspace)
@@ -857,6 +863,54 @@ async def test_claude_code_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_r
     # Whole request bodies: everything the real host sent its model, tool results included.
     assert any("claude foreground answer" in body for body in host_bodies)
     assert_usage_stayed_host_side(host_bodies)
+    assert await settle_ours(tmp_path) == []
+
+
+TYPED_SCHEMA = {
+    "type": "object",
+    "properties": {"failing": {"type": "array", "items": {"type": "string"}}},
+    "required": ["failing"],
+    "additionalProperties": False,
+}
+TYPED_VALUE = {"failing": ["test_a", "test_b ✓"]}
+
+
+@pytest.mark.timeout(240)
+async def test_claude_code_as_mcp_host_receives_a_typed_tools_json(
+    tmp_path: Path, workspace: Path, servers: Servers
+) -> None:
+    """A real host (``claude -p``) calls a dsh tool that declares ``outputSchema``; the value a
+    real Codex answered with reaches the host's model as the value's JSON."""
+    servers.loopback.codex_route = None  # Codex answers from its queue, whatever the task
+    codex = servers.codex
+    codex.queue_text(json.dumps(TYPED_VALUE), phase="final_answer")
+    profile = servers.profile
+    (tmp_path / "failing.json").write_text(json.dumps(TYPED_SCHEMA), encoding="utf-8")
+    with profile.open("a", encoding="utf-8") as rows:
+        rows.write(
+            '[[tool]]\nprovider = "codex"\ntool_name = "failing_tests"\n'
+            'enable_run_in_background = false\noutput_schema = "failing.json"\n'
+        )
+    paths = claude_host_paths(tmp_path, profile, workspace)
+    task = {"description": "find the failing tests", "prompt": "List the failing tests."}
+
+    def route(request: ClaudeRequest) -> Behaviour:
+        if not request.tool_results:
+            return Behaviour("tool_use", tool_name=f"{NAMESPACE}__failing_tests", tool_input=task)
+        return Behaviour("text", text="host done")
+
+    with FakeMessagesServer(route=route) as host:
+        env = claude_host_env(tmp_path, host.base_url)
+        out, err = await _run_hosts(recipe_commands("claude-mcp-config", paths), workspace, env)
+        seen = [request.tool_results for request in host.requests]
+    assert out.strip() == "host done", err[-3000:]
+    (results,) = [r for r in seen if r]
+    (text,) = results
+    # What the host's model read: the value's compact JSON (as dsh's text content and its
+    # structuredContent both give it).
+    assert text == '{"failing":["test_a","test_b ✓"]}'
+    (request,) = codex.requests
+    assert request.body["text"]["format"]["schema"] == TYPED_SCHEMA
     assert await settle_ours(tmp_path) == []
 
 
@@ -1071,7 +1125,7 @@ async def test_claude_code_as_host_gets_the_stall_limit_of_a_stalled_codex_subag
         return codex_route(request)
 
     servers.loopback.codex_route = subagent_route
-    paths = _claude_host_paths(tmp_path, servers.stall_limited(), workspace)
+    paths = claude_host_paths(tmp_path, servers.stall_limited(), workspace)
     commands = recipe_commands("claude-mcp-config", paths)
     out, err, _ = await _run_claude_host(script, commands, tmp_path, workspace)
     assert out.strip() == "host done", err[-3000:]

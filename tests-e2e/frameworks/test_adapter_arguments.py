@@ -95,3 +95,23 @@ async def test_langchain_returns_the_tools_text_as_an_error_message(harness: Har
             tool.invoke(call)
     assert isinstance(message, ToolMessage)
     assert (message.status, message.content) == ("error", NO_PROMPT)
+
+
+async def test_pydantic_ai_declares_an_object_schema_of_a_foreground_only_tool() -> None:
+    # What dsh mcp lists as outputSchema, and only that (a background start answers a job id).
+    service, jobs = SubagentService(), JobRegistry()
+    service.register(FakeProvider("fake"))
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    rows: dict[str, dict[str, Any]] = {
+        "typed": {"output_schema": schema, "enable_run_in_background": False},
+        "background": {"output_schema": schema},
+        "array": {"output_schema": {"type": "array"}, "enable_run_in_background": False},
+    }
+    tools = [
+        SubagentTool(SubagentToolConfig(provider="fake", tool_name=name, **row), service, jobs)
+        for name, row in rows.items()
+    ]
+    async with Harness(service, jobs, tuple(tools), {"fake": "fake"}) as harness:
+        listed = await DshToolset(harness).get_tools(None)  # type: ignore[arg-type]
+    declared = {name: listed[name].tool_def.return_schema for name in rows}
+    assert declared == {"typed": schema, "background": None, "array": None}

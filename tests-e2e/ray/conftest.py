@@ -303,9 +303,12 @@ class Setup:
     caller: Caller
     runs_per_node: int
 
-    def harness(self, **jobs: Any) -> Harness:
+    def harness(self, tools: list[dict[str, Any]] | None = None, **jobs: Any) -> Harness:
+        """A harness on the Ray executor; ``tools``: its ``[[tool]]`` rows (default: one a
+        product)."""
         table = {"executor": "ray", "max_runs_per_node": self.runs_per_node, **jobs}
-        return Harness.from_profile({**self.profile, "jobs": table})
+        rows = {"tool": tools} if tools is not None else {}
+        return Harness.from_profile({**self.profile, **rows, "jobs": table})
 
 
 #: What a ``TRICKLE`` task streams, one piece a second (6 s in all).
@@ -323,6 +326,8 @@ def codex_route(request: RecordedRequest) -> Reply | Stall | Trickle | None:
         return Stall((), seconds=60)
     if task.startswith("LOOP"):  # an endless tool loop (test_ray_limits.py's spend caps)
         return Reply((FunctionCallItem("exec_command", {"cmd": "true", "login": False}),))
+    if task.startswith("JSON "):  # the rest of the task is the final answer
+        return Reply((MessageItem(task.removeprefix("JSON "), phase="final_answer"),))
     if task:
         return Reply((MessageItem(f"codex says: {task}"),))
     return Stall((), seconds=60)  # the turn after a tool call: keep the run mid-tool

@@ -239,6 +239,21 @@ async def test_a_cwd_missing_on_the_worker_fails_before_anything_spawns(
     assert not [r for r in setup.codex.requests if r.task == "no workspace"]
 
 
+async def test_a_job_with_an_output_schema_brings_its_checked_value_back(setup: Any) -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    tools = [{"provider": "codex", "tool_name": "typed_codex", "output_schema": schema}]
+    async with setup.harness(tools) as harness:
+        job_id = await start(harness, "typed_codex", 'JSON {"n": 7}', setup.caller)
+        snapshot = await harness.jobs.wait(job_id, 120, setup.caller)
+        output = await harness.tool("job_output").call({"job_id": job_id}, setup.caller)
+    assert snapshot.status is JobStatus.COMPLETED, snapshot
+    assert snapshot.meta is not None
+    assert snapshot.meta["structured_output"] == {"n": 7}  # checked on the worker, back on the host
+    assert output.text == '{"n":7}\n[status: completed]'
+    (request,) = [r for r in setup.codex.requests if (r.task or "").startswith("JSON")]
+    assert request.body["text"]["format"]["schema"] == schema  # the schema reached the worker
+
+
 @pytest.mark.parametrize(("failures", "connected"), [(3, True), (4, False)])
 def test_a_ray_client_server_start_that_fails_is_asked_again_a_bounded_number_of_times(
     monkeypatch: pytest.MonkeyPatch, failures: int, connected: bool

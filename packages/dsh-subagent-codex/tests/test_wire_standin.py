@@ -121,8 +121,8 @@ async def test_handshake_fields(tmp_path: Path) -> None:
     assert params["clientInfo"]["name"] == "dsh"
     assert params["capabilities"]["experimentalApi"] is False
     # The streaming deltas stay on: they move the run's activity stamp (the stall limit); the
-    # token usage stays on: it is the run's usage facts.
-    assert params["capabilities"]["optOutNotificationMethods"] == ["account/rateLimits/updated"]
+    # token usage stays on: it is the run's usage facts; so do the rate-limit updates (issue 39).
+    assert params["capabilities"]["optOutNotificationMethods"] == []
     thread = entries[1]["thread/start"]["params"]
     assert thread == {
         "cwd": str(tmp_path),

@@ -20,7 +20,7 @@ import logging
 import os
 import uuid
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -29,8 +29,17 @@ from dsh.jobs.tools import JOB_TOOLS_GUIDE, ToolResult
 from dsh.tool_subagent._contract import Caller, Tool
 from dsh.tool_subagent._harness import Harness
 from dsh.tool_subagent._notice_queue import NoticeQueue
+from dsh.tool_subagent._tool import SubagentTool
 
-__all__ = ["CLOSED_TEXT", "AgentSession", "instructions_for", "unknown_tool_text"]
+__all__ = [
+    "CLOSED_TEXT",
+    "AgentSession",
+    "TypedAnswer",
+    "instructions_for",
+    "result_schema",
+    "typed_answer",
+    "unknown_tool_text",
+]
 
 logger = logging.getLogger("dsh.tool_subagent")
 
@@ -53,6 +62,34 @@ def instructions_for(harness: Harness) -> str:
 def unknown_tool_text(name: str, tools: Mapping[str, Tool]) -> str:
     """The error text of a call to a tool the harness does not have (as ``dsh mcp`` words it)."""
     return f'unknown tool "{name}" (tools: {", ".join(tools) or "none"})'
+
+
+def result_schema(tool: Tool) -> dict[str, Any] | None:
+    """The object schema every successful result of ``tool`` matches, or ``None``: a delegation
+    tool's fixed ``[[tool]] output_schema`` when it cannot run in the background (as ``dsh mcp``
+    lists it as ``outputSchema``, :attr:`SubagentTool.result_schema`)."""
+    return tool.result_schema if isinstance(tool, SubagentTool) else None
+
+
+@dataclass(frozen=True)
+class TypedAnswer:
+    """A delegation's checked value (docs/structured-output.md) as a framework adapter returns it.
+
+    ``value`` is the JSON value that matched the schema. ``rest`` is what the model-visible text
+    carries after the value's compact JSON, which is one line: a worktree run's changes line and
+    the owner's completion notices, or ``""``."""
+
+    value: Any
+    rest: str
+
+
+def typed_answer(result: ToolResult) -> TypedAnswer | None:
+    """The value of a successful result that has one (its tool or its caller set an output
+    schema), else ``None``: an error, a plain text answer, a background start."""
+    if result.is_error or result.value is None or "structured_output" not in result.value:
+        return None
+    _, _, rest = result.text.partition("\n")
+    return TypedAnswer(result.value["structured_output"], rest.lstrip("\n"))
 
 
 async def _wait_to_end(task: asyncio.Future[Any]) -> bool:

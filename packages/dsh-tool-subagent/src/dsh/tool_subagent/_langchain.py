@@ -5,16 +5,20 @@ Each tool calls :meth:`AgentSession.call` as the session's owner, asynchronously
 delegation waits on a product; there is no blocking form). A result the tool marks as an error
 becomes a ``ToolException`` handled by the tool itself, so the model gets a ``ToolMessage`` with
 ``status="error"`` and the same safe text ``dsh mcp`` sends with ``isError``.
+
+Every tool answers as ``content_and_artifact``: the ``ToolMessage``'s content is the text the
+model gets, its ``artifact`` the checked value of a tool with a fixed output schema (else
+``None``), which LangChain keeps for the host and never sends to the model.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import ConfigDict, PrivateAttr
 
-from dsh.tool_subagent._agent_session import AgentSession
+from dsh.tool_subagent._agent_session import AgentSession, typed_answer
 
 __all__ = ["SYNC_TEXT", "DshTool", "langchain_tools"]
 
@@ -27,6 +31,7 @@ class DshTool(BaseTool):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
     handle_tool_error: bool = True
+    response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
     _session: AgentSession = PrivateAttr()
 
     def __init__(self, session: AgentSession, **fields: Any) -> None:
@@ -36,11 +41,12 @@ class DshTool(BaseTool):
     def _run(self, *args: Any, **kwargs: Any) -> str:
         raise NotImplementedError(SYNC_TEXT)
 
-    async def _arun(self, **arguments: Any) -> str:
+    async def _arun(self, **arguments: Any) -> tuple[str, Any]:
         result = await self._session.call(self.name, arguments)
         if result.is_error:
             raise ToolException(result.text)
-        return result.text
+        answer = typed_answer(result)
+        return result.text, None if answer is None else answer.value
 
 
 def langchain_tools(session: AgentSession) -> list[BaseTool]:

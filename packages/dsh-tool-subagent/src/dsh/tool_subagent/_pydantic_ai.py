@@ -6,6 +6,10 @@ calls and background Jobs cancelled, their trees gone). Entering the toolset you
 (``async with toolset:``) keeps one owner across several runs, so a Job started in one run can
 be collected in the next. Built from an ``AgentSession`` instead, the toolset uses that session
 and leaves closing it to you.
+
+A tool with a fixed output schema returns its checked value, not text: pydantic-ai gives the
+model the value's JSON and keeps the value itself in ``ToolReturnPart.content``; the tool's
+definition carries the schema as its ``return_schema`` when it is an object schema.
 """
 
 from __future__ import annotations
@@ -14,11 +18,17 @@ import asyncio
 import os
 from typing import Any
 
-from pydantic_ai import RunContext, ToolDefinition, ToolFailed
+from pydantic_ai import RunContext, ToolDefinition, ToolFailed, ToolReturn
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
-from dsh.tool_subagent._agent_session import CLOSED_TEXT, AgentSession, instructions_for
+from dsh.tool_subagent._agent_session import (
+    CLOSED_TEXT,
+    AgentSession,
+    instructions_for,
+    result_schema,
+    typed_answer,
+)
 from dsh.tool_subagent._harness import Harness
 
 __all__ = ["DshToolset"]
@@ -93,6 +103,7 @@ class DshToolset(AbstractToolset[Any]):
                     name=tool.name,
                     description=tool.description,
                     parameters_json_schema=tool.input_schema,
+                    return_schema=result_schema(tool),
                 ),
                 # A tool's own failure is a ToolFailed, which uses no retry: an answer to adapt to.
                 max_retries=_RETRIES,
@@ -103,11 +114,16 @@ class DshToolset(AbstractToolset[Any]):
 
     async def call_tool(
         self, name: str, tool_args: Any, ctx: RunContext[Any], tool: ToolsetTool[Any]
-    ) -> str:
+    ) -> Any:
         session = self._session
         if session is None:  # called outside an agent run and outside ``async with``
             raise ToolFailed(CLOSED_TEXT)
         result = await session.call(name, tool_args)
         if result.is_error:
             raise ToolFailed(result.text)
-        return result.text
+        answer = typed_answer(result)
+        if answer is None:
+            return result.text
+        if answer.rest:  # a changes line, completion notices: beside the value, for the model
+            return ToolReturn(return_value=answer.value, content=answer.rest)
+        return answer.value

@@ -258,6 +258,18 @@ class SubagentTool(ToolBase[Caller]):
             self.arguments_model.input_schema(background=config.enable_run_in_background)
         )
 
+    @property
+    def result_schema(self) -> dict[str, Any] | None:
+        """The schema every successful result's value matches, declared to a host that can carry
+        it (``dsh mcp``'s ``outputSchema``, a framework's typed tool): the tool's fixed
+        ``output_schema`` when it is an object schema and the tool cannot start a background job
+        (a start answers with a job id, not the value). Another schema still shapes the answer,
+        which comes back as its JSON text and ``ToolResult.value["structured_output"]``."""
+        schema = self.config.output_schema
+        if self.config.enable_run_in_background or schema is None:
+            return None
+        return schema if schema.get("type") == "object" else None
+
     def _describe(self) -> str:
         who = f"a {self.product} subagent" if self.product else "a subagent"
         facts = f'provider "{self.config.provider}"'

@@ -85,14 +85,10 @@ def annotations_for(tool: Tool) -> types.ToolAnnotations | None:
 
 
 def output_schema_for(tool: Tool) -> dict[str, Any] | None:
-    """The ``outputSchema`` an MCP host gets for ``tool``: a delegation tool's fixed
-    ``output_schema`` when it is an object schema (MCP's ``structuredContent`` is an object) and
-    the tool cannot start a background job (whose start answers with a job id, not the value).
-    Any other schema still shapes the answer, which comes back as its JSON text only."""
-    if not isinstance(tool, SubagentTool) or tool.config.enable_run_in_background:
-        return None
-    schema = tool.config.output_schema
-    return schema if schema is not None and schema.get("type") == "object" else None
+    """The ``outputSchema`` an MCP host gets for ``tool``: a delegation tool's
+    :attr:`SubagentTool.result_schema` (MCP's ``structuredContent`` is an object). Any other
+    schema still shapes the answer, which comes back as its JSON text only."""
+    return tool.result_schema if isinstance(tool, SubagentTool) else None
 
 
 def mcp_tool(tool: Tool) -> types.Tool:
