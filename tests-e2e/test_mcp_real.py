@@ -29,6 +29,7 @@ import psutil
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 
+from dsh.subagent.testing import TYPED_SCHEMA, TYPED_VALUE
 from dsh.subagent_claude_code.testing import Behaviour, FakeMessagesServer, host_tmp
 from dsh.subagent_claude_code.testing import RecordedRequest as ClaudeRequest
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
@@ -36,6 +37,7 @@ from dsh.subagent_codex.testing import (
     FAKE_API_KEY,
     FAKE_KEY_ENV,
     SAMPLE_USAGE,
+    SAMPLE_USAGE_FACTS,
     FakeResponsesServer,
     FunctionCallItem,
     HttpStatus,
@@ -294,14 +296,7 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
         # The text above is unchanged; the host-only usage facts ride in ``_meta``.
         assert client.last_meta is not None
         codex_usage = client.last_meta["dsh/usage"]
-        assert {k: v for k, v in codex_usage.items() if k != "context_window"} == {
-            "input_tokens": 1000,
-            "cached_input_tokens": 200,
-            "output_tokens": 30,
-            "reasoning_output_tokens": 7,
-            "total_tokens": 1030,
-            "model_requests": 1,
-        }
+        assert {k: v for k, v in codex_usage.items() if k != "context_window"} == SAMPLE_USAGE_FACTS
         assert_run_timings(client.last_meta["dsh/timings"])
         claude_fg = await client.call(
             "subagent_claude_code", {"description": "fg claude", "prompt": "FG claude task"}
@@ -864,15 +859,6 @@ async def test_claude_code_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_r
     assert any("claude foreground answer" in body for body in host_bodies)
     assert_usage_stayed_host_side(host_bodies)
     assert await settle_ours(tmp_path) == []
-
-
-TYPED_SCHEMA = {
-    "type": "object",
-    "properties": {"failing": {"type": "array", "items": {"type": "string"}}},
-    "required": ["failing"],
-    "additionalProperties": False,
-}
-TYPED_VALUE = {"failing": ["test_a", "test_b ✓"]}
 
 
 @pytest.mark.timeout(240)
