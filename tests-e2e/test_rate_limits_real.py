@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,9 @@ import pytest
 
 from dsh.subagent_claude_code.testing import FakeMessagesServer
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
-from dsh.subagent_codex.testing import FakeResponsesServer, HttpStatus
-from dsh.tool_subagent import Caller, Harness
+from dsh.subagent_codex.testing import FakeResponsesServer, HttpStatus, MessageItem, Reply
+from dsh.tool_subagent import Caller, Harness, ToolResult
+from dsh.tool_subagent._cli import main
 from dsh.tool_subagent._demo.scenarios import owned_marked_processes
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
@@ -62,13 +64,19 @@ USAGE_BODY = {
 RATE_FIELDS = ("rate_limit_used_percent", "rate_limit_window_minutes", "rate_limit_resets_at")
 
 
+#: The tools of every profile here: the defaults, a 3 s wall clock, a 3 s stall limit.
+TOOLS = {
+    "delegate": "",
+    "delegate_timeout": "timeout_s = 3",
+    "delegate_stall": "stall_timeout_s = 3",
+}
+
+
 def _codex_env(home: Path, base_url: str) -> dict[str, str]:
     """The built-in ``openai`` provider on loopback with an API key and its default retries."""
     home.mkdir(parents=True)
-    config = (
-        f'model = "gpt-5"\nopenai_base_url = {json.dumps(base_url)}\n[features]\nplugins = false\n'
-    )
-    (home / "config.toml").write_text(config, encoding="utf-8")
+    config = f'model = "gpt-5"\nopenai_base_url = {json.dumps(base_url)}\n'
+    (home / "config.toml").write_text(config + "[features]\nplugins = false\n", encoding="utf-8")
     return {
         "CODEX_HOME": str(home),
         "HOME": str(home),
@@ -87,61 +95,109 @@ def _claude_env(home: Path, base_url: str) -> dict[str, str]:
     return env
 
 
-async def _call(
-    kind: str, env: dict[str, str], workspace: Path, **limits: Any
-) -> tuple[Any, float]:
-    profile = {
-        "provider": [{"kind": kind, "config": {"stderr": "discard", "env": env}}],
-        "tool": [{"provider": kind, "tool_name": "delegate", **limits}],
-    }
-    async with Harness.from_profile(profile) as harness:
-        began = time.monotonic()
-        result = await harness.tool("delegate").call(
-            {"description": "limits", "prompt": "hello"}, Caller("limits", str(workspace))
-        )
-        elapsed = time.monotonic() - began
-    assert await asyncio.to_thread(owned_marked_processes, None) == []
-    return result, elapsed
+@dataclass
+class Rig:
+    """A profile file with one provider and the ``TOOLS``, and a workspace."""
+
+    profile: Path
+    workspace: Path
+
+    @classmethod
+    def make(cls, tmp_path: Path, kind: str, base_url: str) -> Rig:
+        make_env = _codex_env if kind == "codex" else _claude_env
+        env = make_env(tmp_path / "home", base_url)
+        inline = "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }"
+        rows = ["[[provider]]", f'kind = "{kind}"', "[provider.config]", 'stderr = "discard"']
+        rows += [f"env = {inline}", ""]
+        for name, limit in TOOLS.items():
+            rows += ["[[tool]]", f'provider = "{kind}"', f'tool_name = "{name}"', limit, ""]
+        profile = tmp_path / "profile.toml"
+        profile.write_text("\n".join(rows), encoding="utf-8")
+        workspace = tmp_path / "ws"
+        workspace.mkdir()
+        return cls(profile, workspace)
+
+    async def call(self, tool: str = "delegate") -> tuple[ToolResult, float]:
+        async with Harness.from_profile(self.profile) as harness:
+            began = time.monotonic()
+            result = await harness.tool(tool).call(
+                {"description": "limits", "prompt": "hello"}, Caller("limits", str(self.workspace))
+            )
+            elapsed = time.monotonic() - began
+        assert await asyncio.to_thread(owned_marked_processes, None) == []
+        return result, elapsed
 
 
-def _no_digits_of(result: Any, *numbers: str) -> None:
+def _host_side_only(result: ToolResult, *numbers: str) -> None:
     for number in numbers:
         assert number not in result.text, "a rate-limit fact reached the model-visible text"
         assert number not in json.dumps(result.value, default=str)
 
 
-async def test_codex_rate_limit_headers_are_host_side_facts(tmp_path: Path) -> None:
-    async with FakeResponsesServer() as server:
+def _rate_facts(usage: dict[str, Any]) -> dict[str, Any]:
+    return {key: usage[key] for key in RATE_FIELDS}
+
+
+#: What Codex reports for ``CODEX_HEADERS``: the window nearer its limit, the percentage as a
+#: whole number (42.5 arrives as 43).
+CODEX_FACTS = {
+    "rate_limit_used_percent": 43.0,
+    "rate_limit_window_minutes": 300,
+    "rate_limit_resets_at": 1900000000,
+}
+
+
+async def test_codex_rate_limit_headers_are_host_side_facts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with FakeResponsesServer(default=Reply((MessageItem("done", "final_answer"),))) as server:
         server.headers.update(CODEX_HEADERS)
-        server.queue_text("done", phase="final_answer")
-        env = _codex_env(tmp_path / "home", server.base_url)
-        result, _ = await _call("codex", env, tmp_path)
-    assert result.text == "done"
-    usage = result.meta["usage"]
-    # The window nearer its limit; Codex states the percentage as a whole number (42.5 -> 43).
-    assert {key: usage[key] for key in RATE_FIELDS} == {
-        "rate_limit_used_percent": 43.0,
-        "rate_limit_window_minutes": 300,
-        "rate_limit_resets_at": 1900000000,
-    }
-    _no_digits_of(result, "1900000000", "10080")
+        rig = Rig.make(tmp_path, "codex", server.base_url)
+        result, _ = await rig.call()
+        assert result.text == "done"
+        assert result.meta is not None
+        assert _rate_facts(result.meta["usage"]) == CODEX_FACTS
+        _host_side_only(result, "1900000000", "10080")
+
+        # A Job: the snapshot and job_output's meta carry the same facts.
+        caller = Caller("limits", str(rig.workspace))
+        async with Harness.from_profile(rig.profile) as harness:
+            started = await harness.tool("delegate").call(
+                {"description": "job", "prompt": "hi", "run_in_background": True}, caller
+            )
+            assert started.value is not None
+            job_id = str(started.value["job_id"])
+            read = await harness.tool("job_output").call(
+                {"job_id": job_id, "wait": True, "timeout_ms": 60000}, caller
+            )
+            snapshot = harness.jobs.get(job_id, caller)
+        assert "[status: completed" in read.text, read.text
+        assert snapshot.meta is not None
+        assert _rate_facts(snapshot.meta["usage"]) == CODEX_FACTS
+        assert read.meta is not None
+        assert _rate_facts(read.meta["usage"]) == CODEX_FACTS
+
+        # ``dsh run --json``, in a thread (the loopback model serves on this loop).
+        argv = ["run", "--profile", str(rig.profile), "--cwd", str(rig.workspace)]
+        code = await asyncio.to_thread(main, [*argv, "--tool", "delegate", "--json", "hi"])
+        report = json.loads(capsys.readouterr().out)
+    assert code == 0, report
+    assert _rate_facts(report["usage"]) == CODEX_FACTS
+    assert "1900000000" not in report["text"]
 
 
 async def test_codex_usage_limit_keeps_its_category_and_gains_the_reset(tmp_path: Path) -> None:
-    headers = dict(CODEX_HEADERS, **{"x-codex-primary-used-percent": "100"})
     async with FakeResponsesServer(default=HttpStatus(429, USAGE_BODY)) as server:
-        server.headers.update(headers)
-        env = _codex_env(tmp_path / "home", server.base_url)
-        result, elapsed = await _call("codex", env, tmp_path)
+        server.headers.update(CODEX_HEADERS, **{"x-codex-primary-used-percent": "100"})
+        result, elapsed = await Rig.make(tmp_path, "codex", server.base_url).call()
         requests = len(server.requests)
     assert result.is_error
     assert "category: usageLimitExceeded" in result.text
     assert requests == 1, "a usage limit is not retried"
     assert elapsed < 10, elapsed
-    usage = result.meta["usage"]
-    assert usage["rate_limit_used_percent"] == 100.0
-    assert usage["rate_limit_resets_at"] == 1900000000
-    _no_digits_of(result, "1900000000")
+    assert result.meta is not None
+    assert _rate_facts(result.meta["usage"]) == dict(CODEX_FACTS, rate_limit_used_percent=100.0)
+    _host_side_only(result, "1900000000")
 
 
 @pytest.mark.parametrize(("retry_after", "requests"), [(None, 1), ("1", 6)])
@@ -151,8 +207,7 @@ async def test_codex_429_under_default_retries(
     async with FakeResponsesServer(default=HttpStatus(429, RATE_BODY)) as server:
         if retry_after is not None:
             server.headers["retry-after"] = retry_after
-        env = _codex_env(tmp_path / "home", server.base_url)
-        result, elapsed = await _call("codex", env, tmp_path)
+        result, elapsed = await Rig.make(tmp_path, "codex", server.base_url).call()
         seen = len(server.requests)
     assert result.is_error
     assert "category: responseTooManyFailedAttempts; HTTP status: 429" in result.text
@@ -164,8 +219,8 @@ async def test_codex_429_under_default_retries(
 async def test_codex_429_storm_is_bounded_by_the_callers_timeout(tmp_path: Path) -> None:
     async with FakeResponsesServer(default=HttpStatus(429, RATE_BODY)) as server:
         server.headers["retry-after"] = "30"  # 5 retries: 150 s if left alone
-        env = _codex_env(tmp_path / "home", server.base_url)
-        result, elapsed = await _call("codex", env, tmp_path, timeout_s=3)
+        rig = Rig.make(tmp_path, "codex", server.base_url)
+        result, elapsed = await rig.call("delegate_timeout")
     assert result.text.startswith("subagent run stopped: wall-clock limit of 3 s reached")
     assert 3 <= elapsed < 8, elapsed
 
@@ -174,12 +229,12 @@ async def test_claude_code_sends_no_rate_limit_event_for_an_api_key(tmp_path: Pa
     with FakeMessagesServer() as server:
         server.headers.update(CLAUDE_HEADERS)
         server.queue_text("done")
-        env = _claude_env(tmp_path / "home", server.base_url)
-        result, _ = await _call("claude-code", env, tmp_path)
+        result, _ = await Rig.make(tmp_path, "claude-code", server.base_url).call()
     assert result.text == "done"
+    assert result.meta is not None
     usage = result.meta["usage"]
     assert usage["output_tokens"] > 0
-    # The CLI read the headers but emits no rate_limit_event for an API-key session.
+    # The CLI got the headers but emits no rate_limit_event for an API-key session.
     assert not any(key.startswith("rate_limit_") for key in usage), usage
 
 
@@ -188,8 +243,8 @@ async def test_claude_code_429_storm_is_bounded_by_the_stall_limit(tmp_path: Pat
         server.headers.update({"x-should-retry": "true", "retry-after": "1"})
         for _ in range(20):
             server.queue_http_error(429, "rate limited")
-        env = _claude_env(tmp_path / "home", server.base_url)
-        result, elapsed = await _call("claude-code", env, tmp_path, stall_timeout_s=3)
+        rig = Rig.make(tmp_path, "claude-code", server.base_url)
+        result, elapsed = await rig.call("delegate_stall")
         seen = len(server.requests)
     # Retry notices are not activity: the stall limit fires although the CLI keeps retrying.
     assert result.text.startswith("subagent run stopped: no product activity for 3 s")
