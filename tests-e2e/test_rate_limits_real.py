@@ -8,8 +8,9 @@ reads them (docs/usage-facts.md, "Rate limits"). Measured at the pinned versions
   ``account/rateLimits/updated``; on HTTP 429 it retries only when ``Retry-After`` is sent
   (5 retries, each after the stated delay), and a ``usage_limit_reached`` body is not retried.
 - Claude Code (bundled CLI) sends no ``rate_limit_event`` for an API-key session, even with
-  the ``anthropic-ratelimit-unified-*`` headers; on HTTP 429 it backs off exponentially
-  (0.6, 1.2, 2.2, 4.5, 9.5, 18.6, then about 36 s), so a caller's limit settles it first.
+  the ``anthropic-ratelimit-unified-*`` headers, and none on a 429 either; on HTTP 429 it
+  backs off exponentially (0.6, 1.1, 2.2, 4.0, 9.5, 17, then 33 to 37 s) and fails by itself
+  after 11 requests (175 s), so a caller's limit settles it first.
 """
 
 from __future__ import annotations
@@ -250,3 +251,21 @@ async def test_claude_code_429_storm_is_bounded_by_the_stall_limit(tmp_path: Pat
     assert result.text.startswith("subagent run stopped: no product activity for 3 s")
     assert 3 <= elapsed < 8, elapsed
     assert seen >= 2, "the CLI retried under its default settings"
+
+
+async def test_claude_code_429_on_an_api_key_keeps_its_category_and_no_reset(
+    tmp_path: Path,
+) -> None:
+    rejected = dict(CLAUDE_HEADERS)
+    rejected["anthropic-ratelimit-unified-status"] = "rejected"
+    rejected["anthropic-ratelimit-unified-5h-status"] = "rejected"
+    rejected["anthropic-ratelimit-unified-5h-utilization"] = "1.0"
+    with FakeMessagesServer() as server:
+        server.headers.update(rejected)  # and ``x-should-retry: false``: one request
+        server.queue_http_error(429, "rate limited")
+        result, _ = await Rig.make(tmp_path, "claude-code", server.base_url).call()
+    assert result.is_error
+    assert "category: rate-limit; HTTP status: 429" in result.text
+    assert result.meta is not None
+    # Neither a rate_limit_event nor the result's rate-limit record comes for an API key.
+    assert not any(key.startswith("rate_limit_") for key in result.meta["usage"])
