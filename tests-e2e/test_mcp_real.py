@@ -96,6 +96,9 @@ def codex_route(request: RecordedRequest) -> Reply | HttpStatus | Stall | None:
         return HttpStatus(500, {"error": {"message": CANARY}})
     if task.startswith("STALL"):
         return Stall(seconds=60.0)
+    if task.startswith("LOOP"):  # an endless tool loop: every response calls a command
+        call = {"cmd": "true", "login": False, "yield_time_ms": 20000}
+        return Reply((FunctionCallItem("exec_command", call),))
     return Reply((MessageItem(f"codex says: {task}"),))
 
 
@@ -953,6 +956,27 @@ async def test_requests_pending_at_stdin_eof_are_answered_and_a_jobs_only_profil
     ]
     assert answers[3]["result"]["content"] == [{"type": "text", "text": "(no background jobs)"}]
     assert "the profile serves no delegation tool" in err
+
+
+async def test_a_tools_token_cap_stops_a_codex_tool_loop_served_over_mcp(
+    tmp_path: Path, workspace: Path, servers: Servers
+) -> None:
+    # Each response reports 1,100 tokens: the 5,000-token cap of the profile's tool is crossed
+    # by the 5th; the run stops there, tree exit first, and the host facts say what it spent.
+    servers.codex.usage = {"input_tokens": 1000, "output_tokens": 100, "total_tokens": 1100}
+    loopback = servers.loopback
+    capped = {"provider": "codex", "tool_name": "capped", "max_total_tokens": 5000}
+    settings = {"permission_mode": "dangerously-bypass-approvals-and-sandbox"}
+    profile = loopback.write(loopback.profile(codex=settings, tool=[capped]))
+    async with mcp_client(profile, workspace) as client:
+        text, is_error = await client.call("capped", {"description": "loop", "prompt": "LOOP"})
+        assert (text, is_error) == (
+            "subagent run stopped: 5000 tokens spent (max_total_tokens)",
+            True,
+        )
+        assert client.last_meta is not None
+        assert 5500 <= client.last_meta["dsh/usage"]["total_tokens"] <= 6600
+        assert await settle_ours(tmp_path) == []  # the Codex tree is gone; the server serves on
 
 
 @pytest.mark.timeout(180)
