@@ -1,7 +1,7 @@
 """The fair queue on the REAL product (keyless Codex through the loopback model): 3 owners start
 10 background jobs each on a provider with ``max_concurrent = 2``.
 
-A thread walks ``/proc`` every few milliseconds the whole time and counts the Codex processes
+A thread walks ``/proc`` every 20 ms the whole time and counts the Codex processes
 below this test process (a Codex process whose parent is no Codex process is one run's product);
 it reads the kernel's process table, never dsh's bookkeeping. The starts interleave the owners,
 a queued job reads ``queued`` with its place and a ``job_kill`` of it returns in under 50 ms
@@ -90,7 +90,7 @@ class Walker:
         while not self._stop.is_set():
             self.peak = max(self.peak, _product_runs(root))
             self.samples += 1
-            self._stop.wait(0.002)
+            self._stop.wait(0.02)  # a run lasts 0.4 s or more: a third run cannot hide
 
     def __enter__(self) -> Walker:
         self._thread.start()
@@ -176,5 +176,5 @@ async def test_three_owners_ten_jobs_each_share_two_slots_in_turn(
     for i in range(LIMIT, LIMIT + 3 * (JOBS_EACH - LIMIT), 3):
         assert sorted(starts[i : i + 3]) == sorted(OWNERS), starts
     assert walker.peak == LIMIT, walker.peak  # the walk saw two at once, never more
-    assert walker.samples > 100
+    assert walker.samples > 50
     assert await asyncio.to_thread(owned_marked_processes) == []
