@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from typing import Any
 
@@ -59,6 +60,14 @@ def harness(provider: FakeProvider, max_concurrent: int | None, **limits: Any) -
 
 def bg(label: str) -> dict[str, Any]:
     return {"description": label, "prompt": "p", "run_in_background": True}
+
+
+async def two_jobs(h: Harness, caller: Caller) -> tuple[str, str]:
+    """Two background jobs of ``caller``: the first running, the second in its place."""
+    tool = h.delegation_tools[0]
+    ids = [(await tool.call(bg(label), caller)).value for label in ("one", "two")]
+    await asyncio.sleep(0.01)
+    return ids[0]["job_id"], ids[1]["job_id"]  # type: ignore[index]
 
 
 # ---- the queue alone ------------------------------------------------------------------------
@@ -181,10 +190,7 @@ async def test_killing_a_queued_job_returns_at_once_and_starts_nothing() -> None
     provider = Counting(fresh("kill"), delay=None)  # runs end only when cancelled
     caller = Caller(session_id="s1", cwd="/tmp")
     async with harness(provider, 1) as h:
-        tool = h.delegation_tools[0]
-        running = (await tool.call(bg("one"), caller)).value["job_id"]  # type: ignore[index]
-        waiting = (await tool.call(bg("two"), caller)).value["job_id"]  # type: ignore[index]
-        await asyncio.sleep(0.01)
+        running, waiting = await two_jobs(h, caller)
         snapshot = h.jobs.get(waiting, caller)
         assert (snapshot.status, snapshot.detail) == (JobStatus.QUEUED, "place 1")
         assert h.jobs.get(running, caller).status is JobStatus.RUNNING
@@ -251,3 +257,49 @@ def test_a_portable_job_carries_the_limit_only_when_set() -> None:
     assert "max_concurrent" not in portable_delegation("fake", {}, request).arguments
     work = portable_delegation("fake", {}, request, max_concurrent=2)
     assert work.arguments["max_concurrent"] == 2  # each worker process queues on its own
+
+
+async def test_dsh_jobs_show_reads_the_place_then_the_queue_facts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from dsh.tool_subagent._cli import main
+
+    def show(job_id: str) -> dict[str, Any]:
+        assert main(["jobs", "show", job_id, "--json"]) == 0
+        shown: dict[str, Any] = json.loads(capsys.readouterr().out)
+        return shown
+
+    provider = Counting(fresh("show"), delay=None)
+    caller = Caller(session_id="s1", cwd="/tmp")
+    async with harness(provider, 1) as h:
+        first, second = await two_jobs(h, caller)
+        assert h.jobs.store.flush(5)
+        shown = await asyncio.to_thread(show, second)  # the store, as another process reads it
+        assert (shown["status"], shown["detail"], shown["queue"]) == ("queued", "place 1", None)
+        provider.runs[0].finish()
+        await h.jobs.wait(first, 5, caller)
+        await asyncio.sleep(0.01)
+        provider.runs[1].finish()
+        await h.jobs.wait(second, 5, caller)
+        assert h.jobs.store.flush(5)
+        shown = await asyncio.to_thread(show, second)
+        assert shown["status"] == "completed"
+        assert shown["queue"]["place"] == 1
+        assert shown["queue"]["order"] >= 2
+        assert shown["queue"]["waited_s"] > 0
+
+
+async def test_the_wait_is_the_dsh_queue_span_with_its_facts() -> None:
+    from otel_capture import capture
+
+    provider = Counting(fresh("span"), delay=0.0)
+    with capture().recording() as exporter:  # it clears the spans when it ends
+        async with harness(provider, 2) as h:
+            result = await h.delegation_tools[0].call(
+                {"description": "d", "prompt": "p"}, Caller(session_id="s1", cwd="/tmp")
+            )
+        spans = {span.name: span for span in exporter.get_finished_spans()}
+    assert result.meta is not None
+    attributes = dict(spans["dsh.queue"].attributes or {})
+    assert attributes == {f"dsh.queue.{k}": v for k, v in result.meta["queue"].items()}
+    assert spans["dsh.queue"].parent is not None
