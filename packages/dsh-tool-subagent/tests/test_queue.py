@@ -239,6 +239,20 @@ async def test_a_foreground_answer_carries_its_queue_facts() -> None:
         }
 
 
+async def test_dsh_run_json_prints_the_queue_facts() -> None:
+    import io
+
+    from dsh.tool_subagent._cli import run_command
+
+    provider = Counting(fresh("report"), delay=0.0)
+    out = io.StringIO()
+    async with harness(provider, 2) as h:
+        assert await run_command(h, "task", cwd="/tmp", as_json=True, stdout=out) == 0
+    report = json.loads(out.getvalue())
+    assert report["queue"]["max_concurrent"] == 2
+    assert report["queue"]["order"] == 1
+
+
 @pytest.mark.parametrize("value", [0, -1, 1.5, "2", True])
 def test_a_bad_max_concurrent_is_rejected_naming_the_field(value: object) -> None:
     profile = {"provider": [{"kind": "fake", "max_concurrent": value}]}
