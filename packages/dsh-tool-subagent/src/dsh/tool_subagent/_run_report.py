@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from dsh.jobs import JobSnapshot, JobStatus
-from dsh.jobs.tools import ToolResult
+if TYPE_CHECKING:  # a plain `dsh run --json` does not import the job stack
+    from dsh.jobs import JobSnapshot
+    from dsh.jobs.tools import ToolResult
 
 __all__ = ["RunReport", "from_job", "from_tool_result", "timed_out"]
 
@@ -79,6 +80,8 @@ def _host_facts(meta: Mapping[str, Any] | None) -> tuple[Any, Any, Any]:
 
 
 def _job_stop_reason(snapshot: JobSnapshot) -> tuple[str, str | None]:
+    from dsh.jobs import JobStatus
+
     """The run's stop reason and diagnostic, from the job status and its detail line.
 
     The detail of a failed subagent job is ``<stop reason>[; diagnostic: <line>][; ...]``
