@@ -9,42 +9,19 @@ Timing targets are printed by the script, never asserted here (the machine is sh
 
 from __future__ import annotations
 
-import asyncio
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dsh.subprocess import Collect, SpawnSpec, default_runtime
-
-SCRIPT = Path(__file__).resolve().parent / "benchmarks" / "run.py"
-
-
-async def _run_script(*args: str, out: Path) -> dict[str, Any]:
-    """Run the benchmark with ``args`` (JSON to ``out``, no table); return its report."""
-    spec = SpawnSpec(
-        argv=[sys.executable, str(SCRIPT), *args, "--no-table", "--json", str(out)],
-        stdout=Collect(1 << 16),
-        stderr=Collect(1 << 16),
-    )
-    proc = await default_runtime().spawn(spec)
-    try:
-        outcome = await proc.wait()
-    finally:
-        await proc.aclose()
-    assert outcome.exit_code == 0, proc.collected("stderr").text[-2000:]
-    text = await asyncio.to_thread(out.read_text, encoding="utf-8")
-    report: dict[str, Any] = json.loads(text)
-    return report
-
 
 @pytest.mark.real_product
 @pytest.mark.timeout(120)
-async def test_quick_benchmark_writes_a_complete_report(tmp_path: Path) -> None:
+async def test_quick_benchmark_writes_a_complete_report(
+    tmp_path: Path, benchmark_report: Any
+) -> None:
     args = ("--quick", "--products", "codex", "--no-peers")
-    report = await _run_script(*args, out=tmp_path / "bench.json")
+    report = await benchmark_report("run.py", *args, "--no-table", out=tmp_path / "bench.json")
     assert report["meta"]["variants"] == ["dsh", "cli"]
     assert report["meta"]["leftover_marked_processes"] == []
     codex = report["products"]["codex"]
@@ -76,9 +53,9 @@ async def test_quick_benchmark_writes_a_complete_report(tmp_path: Path) -> None:
 
 @pytest.mark.real_product
 @pytest.mark.timeout(120)
-async def test_user_method_writes_a_complete_report(tmp_path: Path) -> None:
+async def test_user_method_writes_a_complete_report(tmp_path: Path, benchmark_report: Any) -> None:
     args = ("--method", "user", "--rounds", "1", "--warmup", "0", "--products", "codex")
-    report = await _run_script(*args, out=tmp_path / "user.json")
+    report = await benchmark_report("run.py", *args, "--no-table", out=tmp_path / "user.json")
     meta = report["meta"]
     assert meta["method"] == "user"
     assert (meta["rounds"], meta["warmup"], meta["nice"]) == (1, 0, "default")
@@ -102,9 +79,11 @@ async def test_user_method_writes_a_complete_report(tmp_path: Path) -> None:
 
 @pytest.mark.real_product
 @pytest.mark.timeout(120)
-async def test_user_method_measures_claude_code_against_both_sdk_sides(tmp_path: Path) -> None:
+async def test_user_method_measures_claude_code_against_both_sdk_sides(
+    tmp_path: Path, benchmark_report: Any
+) -> None:
     args = ("--method", "user", "--rounds", "1", "--warmup", "0", "--products", "claude-code")
-    report = await _run_script(*args, out=tmp_path / "user.json")
+    report = await benchmark_report("run.py", *args, "--no-table", out=tmp_path / "user.json")
     claude = report["products"]["claude-code"]
     assert (claude["errors"], claude["late_tree_exits"], claude["n"]) == ([], [], 1)
     assert report["meta"]["leftover_marked_processes"] == []

@@ -23,14 +23,11 @@ import pytest
 
 from dsh.subagent_claude_code.testing import Behaviour, FakeMessagesServer
 from dsh.subagent_claude_code.testing import RecordedRequest as ClaudeRequest
-from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex.testing import (
     FakeResponsesServer,
     FunctionCallItem,
     MessageItem,
     Reply,
-    hermetic_env,
-    write_codex_home,
 )
 from dsh.subagent_codex.testing import RecordedRequest as CodexRequest
 from dsh.tool_subagent import Caller, Harness, ToolResult
@@ -102,61 +99,31 @@ def _claude_route(request: ClaudeRequest) -> Behaviour | None:
     return None
 
 
-def _toml_env(env: dict[str, str]) -> str:
-    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }"
-
-
-def _profile_text(codex_env: dict[str, str], claude: dict[str, str]) -> str:
-    rows = []
-    for kind, env, extra in (
-        (CODEX, codex_env, 'permission_mode = "dangerously-bypass-approvals-and-sandbox"'),
-        (CLAUDE, claude, ""),
-    ):
-        rows += [
-            "[[provider]]",
-            f'kind = "{kind}"',
-            "[provider.config]",
-            'stderr = "discard"',
-            "dispose_grace_ms = 2000",
-            extra,
-            f"env = {_toml_env(env)}",
-            "",
-        ]
-    for kind in (CODEX, CLAUDE):
-        rows += [
-            "[[tool]]",
-            f'provider = "{kind}"',
-            f'tool_name = "{TOOLS[kind]}"',
-            'max_depth = "provider-managed"',
-            f"max_total_tokens = {CAP}",
-            "",
-            "[[tool]]",  # every limit at its default
-            f'provider = "{kind}"',
-            f'tool_name = "{DEFAULT_TOOLS[kind]}"',
-            'max_depth = "provider-managed"',
-            "",
-        ]
-    return "\n".join(rows)
-
-
 @pytest.fixture
-async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    (workspace / "README.md").write_text("caps\n", encoding="utf-8")
-    async with (
-        FakeResponsesServer(route=_codex_route, usage=CODEX_USAGE) as codex,
-        FakeMessagesServer(route=_claude_route, usage=CLAUDE_USAGE) as claude,
-    ):
-        home = write_codex_home(tmp_path / "codex-home", codex.base_url, "caps-model")
-        env = claude_env(tmp_path / "claude", claude.base_url)
-        # A huge spend per response makes Claude Code compact its context (a request the
-        # loopback model does not script); off. Codex's compaction is answered (_codex_route).
-        env["DISABLE_AUTO_COMPACT"] = "1"
-        profile = tmp_path / "profile.toml"
-        profile.write_text(_profile_text(hermetic_env(home), env), encoding="utf-8")
-        async with Harness.from_profile(profile) as harness:
-            yield Stack(harness, codex, claude, Caller("caps", str(workspace)), profile, workspace)
+async def stack(loopback: Any) -> AsyncIterator[Stack]:
+    (loopback.workspace / "README.md").write_text("caps\n", encoding="utf-8")
+    loopback.codex_route, loopback.claude_route = _codex_route, _claude_route
+    loopback.codex.usage, loopback.claude.usage = dict(CODEX_USAGE), dict(CLAUDE_USAGE)
+    # A huge spend per response makes Claude Code compact its context (a request the loopback
+    # model does not script); off. Codex's compaction is answered (_codex_route).
+    claude_env = {**loopback.claude_env, "DISABLE_AUTO_COMPACT": "1"}
+    tools = []
+    for kind in (CODEX, CLAUDE):
+        capped = {"tool_name": TOOLS[kind], "max_total_tokens": CAP}
+        tools += [
+            {"provider": kind, "max_depth": "provider-managed", **capped},
+            # every limit at its default
+            {"provider": kind, "tool_name": DEFAULT_TOOLS[kind], "max_depth": "provider-managed"},
+        ]
+    profile = loopback.profile(
+        codex={"permission_mode": "dangerously-bypass-approvals-and-sandbox"},
+        claude={"env": claude_env},
+        tool=tools,
+    )
+    path = loopback.write(profile)
+    async with Harness.from_profile(path) as harness:
+        caller = Caller("caps", str(loopback.workspace))
+        yield Stack(harness, loopback.codex, loopback.claude, caller, path, loopback.workspace)
 
 
 async def _owned(pid: int | None = None) -> list[int]:

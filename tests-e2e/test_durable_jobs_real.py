@@ -46,6 +46,7 @@ from dsh.subagent_codex.testing import (
     write_codex_home,
 )
 from dsh.subagent_codex.testing import hermetic_env as codex_env
+from dsh.subprocess.testing import processes_naming
 
 pytestmark = pytest.mark.real_product
 
@@ -145,25 +146,7 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
 def product_processes(root: Path) -> list[int]:
     """Live processes whose command line, working directory or environment names ``root``:
     a walk of ``/proc`` that reads no dsh marker or record."""
-    needle = str(root)
-    found = []
-    for pid_dir in Path("/proc").iterdir():
-        if not pid_dir.name.isdigit() or int(pid_dir.name) == os.getpid():
-            continue
-        try:
-            state = (pid_dir / "stat").read_text().rpartition(")")[2].split()[0]
-            if state == "Z":
-                continue
-            texts = [
-                (pid_dir / "cmdline").read_bytes().decode(errors="replace"),
-                (pid_dir / "environ").read_bytes().decode(errors="replace"),
-                str((pid_dir / "cwd").readlink()),
-            ]
-        except OSError:
-            continue
-        if any(needle in text for text in texts):
-            found.append(int(pid_dir.name))
-    return found
+    return processes_naming(str(root))
 
 
 async def gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:

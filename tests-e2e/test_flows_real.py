@@ -12,26 +12,17 @@ import asyncio
 import re
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from dsh.jobs import JobDone
-from dsh.subagent_claude_code.testing import FakeMessagesServer
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex.testing import (
     FAKE_API_KEY,
-    FakeResponsesServer,
-    FunctionCallItem,
     HttpStatus,
-    Reply,
-    hermetic_env,
-    write_codex_home,
 )
-from dsh.tool_subagent import Caller, Harness, ToolResult
+from dsh.tool_subagent import Caller, ToolResult
 from dsh.tool_subagent._demo.scenarios import owned_marked_processes
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
@@ -60,71 +51,21 @@ def started_id(started: ToolResult) -> str:
     return job_id
 
 
-@dataclass
-class Stack:
-    harness: Harness
-    codex: FakeResponsesServer
-    claude: FakeMessagesServer
-    caller: Caller
-
-    async def call(self, name: str, **arguments: Any) -> ToolResult:
-        result: ToolResult = await self.harness.tool(name).call(arguments, self.caller)
-        return result
-
-    async def delegate(self, product: str, prompt: str, **extra: Any) -> ToolResult:
-        return await self.call(TOOLS[product], description="flow task", prompt=prompt, **extra)
-
-    def answer(self, product: str, text: str) -> None:
-        if product == CODEX:
-            self.codex.queue_text(text)
-        else:
-            self.claude.queue_text(text)
-
-    def fail(self, product: str) -> None:
-        if product == CODEX:
-            self.codex.queue(HttpStatus(503, {"error": {"message": SECRET_BODY}}))
-        else:
-            self.claude.queue_http_error(401, SECRET_BODY)
-
-    def hold_mid_turn(self, product: str) -> None:
-        """The next turn stays busy: Codex runs a long command, the Claude request stalls."""
-        if product == CODEX:
-            command = {"cmd": "sleep 30", "login": False, "yield_time_ms": 20000}
-            self.codex.queue(Reply((FunctionCallItem("exec_command", command),)))
-        else:
-            self.claude.queue_stall()
-
-    async def request_arrived(self, product: str) -> None:
-        if product == CODEX:
-            await self.codex.wait_for_requests(1, timeout=30)
-        else:
-            assert await self.claude.wait_for_requests(1, timeout=30)
-
-    def tasks(self, product: str) -> list[str | None]:
-        if product == CODEX:
-            return [r.task for r in self.codex.requests]
-        return [r.task for r in self.claude.requests]
+def _fail(stack: Any, product: str) -> None:
+    if product == CODEX:
+        stack.codex.queue(HttpStatus(503, {"error": {"message": SECRET_BODY}}))
+    else:
+        stack.claude.queue_http_error(401, SECRET_BODY)
 
 
 @pytest.fixture
-async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
-        home = write_codex_home(tmp_path / "codex-home", codex.base_url, "flows-model")
-        env = claude_env(tmp_path / "claude", claude.base_url, api_key=CLAUDE_KEY)
-        common = {"stderr": "discard", "dispose_grace_ms": 2000}
-        profile = {
-            "provider": [
-                {"kind": CODEX, "config": {"env": hermetic_env(home), **common}},
-                {"kind": CLAUDE, "config": {"env": env, **common}},
-            ]
-        }
-        # An owner of its own: job records outlive the harness in the session's job store, and
-        # job_list shows every record of its owner.
-        caller = Caller(f"flows-session-{uuid.uuid4().hex}", str(workspace))
-        async with Harness.from_profile(profile) as harness:
-            yield Stack(harness, codex, claude, caller)
+async def stack(loopback: Any) -> AsyncIterator[Any]:
+    env = claude_env(loopback.root / "claude", loopback.claude.base_url, api_key=CLAUDE_KEY)
+    # An owner of its own: job records outlive the harness in the session's job store, and
+    # job_list shows every record of its owner.
+    caller = Caller(f"flows-session-{uuid.uuid4().hex}", str(loopback.workspace))
+    async with loopback.session(loopback.profile(claude={"env": env}), caller) as session:
+        yield session
 
 
 async def _owned() -> list[int]:
@@ -137,18 +78,8 @@ async def _wait_for(predicate: Callable[[], bool], limit: float = 15.0) -> None:
             await asyncio.sleep(0.05)
 
 
-def _has_sleep_descendant() -> bool:
-    for pid in owned_marked_processes():
-        try:
-            if psutil.Process(pid).cmdline()[:2] == ["sleep", "30"]:
-                return True
-        except psutil.Error:
-            continue
-    return False
-
-
 @pytest.mark.parametrize("product", [CODEX, CLAUDE])
-async def test_foreground_answer_is_byte_exact(stack: Stack, product: str) -> None:
+async def test_foreground_answer_is_byte_exact(stack: Any, product: str) -> None:
     answer = f"foreground answer from {product}  “exact” ✓"
     stack.answer(product, answer)
     result = await stack.delegate(product, "Reply with the foreground answer FLOW-FG.")
@@ -164,7 +95,7 @@ async def test_foreground_answer_is_byte_exact(stack: Stack, product: str) -> No
 
 
 @pytest.mark.parametrize("product", [CODEX, CLAUDE])
-async def test_background_job_is_collected_with_job_output_wait(stack: Stack, product: str) -> None:
+async def test_background_job_is_collected_with_job_output_wait(stack: Any, product: str) -> None:
     answer = f"background answer from {product}"
     stack.answer(product, answer)
     started = await stack.delegate(
@@ -180,7 +111,7 @@ async def test_background_job_is_collected_with_job_output_wait(stack: Stack, pr
     assert await _owned() == []
 
 
-async def test_unread_background_job_sends_its_completion_notice(stack: Stack) -> None:
+async def test_unread_background_job_sends_its_completion_notice(stack: Any) -> None:
     done: list[JobDone] = []
     settled = asyncio.Event()
 
@@ -207,8 +138,8 @@ async def test_unread_background_job_sends_its_completion_notice(stack: Stack) -
 
 
 @pytest.mark.parametrize("product", [CODEX, CLAUDE])
-async def test_background_failure_shows_its_safe_diagnostic(stack: Stack, product: str) -> None:
-    stack.fail(product)
+async def test_background_failure_shows_its_safe_diagnostic(stack: Any, product: str) -> None:
+    _fail(stack, product)
     started = await stack.delegate(product, "FLOW-FAIL", run_in_background=True)
     job_id = started_id(started)
     read = await stack.call("job_output", job_id=job_id, wait=True, timeout_ms=60000)
@@ -223,14 +154,14 @@ async def test_background_failure_shows_its_safe_diagnostic(stack: Stack, produc
 
 @pytest.mark.parametrize("product", [CODEX, CLAUDE])
 async def test_job_kill_mid_run_settles_killed_with_no_process_left(
-    stack: Stack, product: str
+    stack: Any, product: str
 ) -> None:
     stack.hold_mid_turn(product)
     started = await stack.delegate(product, "FLOW-KILL", run_in_background=True)
     job_id = started_id(started)
     await stack.request_arrived(product)
     if product == CODEX:
-        await _wait_for(_has_sleep_descendant)  # the product's own command is running
+        await _wait_for(stack.sleep_running)  # the product's own command is running
     assert await _owned(), "the run's processes should be alive mid-turn"
     killed = await stack.call("job_kill", job_id=job_id, reason="flow test")
     # job_kill returns once the job has settled, and it settles after its tree has exited.
@@ -243,7 +174,7 @@ async def test_job_kill_mid_run_settles_killed_with_no_process_left(
     assert again.text == f"job {job_id} had already finished [status: killed, flow test]"
 
 
-async def test_owner_close_cancels_live_jobs_and_their_trees(stack: Stack) -> None:
+async def test_owner_close_cancels_live_jobs_and_their_trees(stack: Any) -> None:
     stack.hold_mid_turn(CLAUDE)
     started = await stack.delegate(CLAUDE, "FLOW-OWNER", run_in_background=True)
     job_id = started_id(started)
@@ -260,7 +191,7 @@ async def test_owner_close_cancels_live_jobs_and_their_trees(stack: Stack) -> No
 
 @pytest.mark.parametrize("product", [CODEX, CLAUDE])
 async def test_a_lone_surrogate_prompt_gets_the_same_clear_error_from_both_products(
-    stack: Stack, product: str
+    stack: Any, product: str
 ) -> None:
     # A model's tool call can carry "caf\ud800" (json.loads accepts it). Codex would drop the
     # turn/start and Claude Code would accept it; both now refuse it before spawning anything.

@@ -8,39 +8,19 @@ the real products, is left out: it takes minutes.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dsh.subprocess import Collect, SpawnSpec, default_runtime
-
-SCRIPT = Path(__file__).resolve().parent / "benchmarks" / "jobs_store.py"
-
-
-async def _run_script(out: Path) -> dict[str, Any]:
-    spec = SpawnSpec(
-        argv=[sys.executable, str(SCRIPT), "--quick", "--no-soak", "--json", str(out)],
-        stdout=Collect(1 << 16),
-        stderr=Collect(1 << 16),
-    )
-    proc = await default_runtime().spawn(spec)
-    try:
-        outcome = await proc.wait()
-    finally:
-        await proc.aclose()
-    assert outcome.exit_code == 0, proc.collected("stderr").text[-2000:]
-    text = await asyncio.to_thread(out.read_text, encoding="utf-8")
-    report: dict[str, Any] = json.loads(text)
-    return report
-
 
 @pytest.mark.timeout(120)
-async def test_quick_store_benchmark_writes_a_complete_report(tmp_path: Path) -> None:
-    report = await _run_script(tmp_path / "jobs-store.json")
+async def test_quick_store_benchmark_writes_a_complete_report(
+    tmp_path: Path, benchmark_report: Any
+) -> None:
+    report = await benchmark_report(
+        "jobs_store.py", "--quick", "--no-soak", out=tmp_path / "jobs-store.json"
+    )
     assert "soak" not in report
     for part in ("store_cost", "store_cost_no_prune"):
         cost = report[part]

@@ -11,28 +11,21 @@ a second for 6 s under the same limit completes: every delta moves the activity 
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import sys
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dsh.subagent_claude_code.testing import FakeMessagesServer
-from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex.testing import (
-    FakeResponsesServer,
     FunctionCallItem,
     Reply,
-    hermetic_env,
-    write_codex_home,
 )
-from dsh.subprocess import Collect, SpawnSpec, default_runtime
-from dsh.tool_subagent import Caller, Harness, ToolResult
+from dsh.subprocess.testing import run_to_exit
+from dsh.tool_subagent import Caller, ToolResult
 from dsh.tool_subagent._demo.scenarios import owned_marked_processes
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(180)]
@@ -47,105 +40,49 @@ STALLED = "subagent run stopped: no product activity for 2 s (stall_timeout_s)"
 WORDS = [f"tick{i} " for i in range(7)]  # 7 words, 1 s apart: 6 s of streaming
 
 
-@dataclass
-class Stack:
-    harness: Harness
-    codex: FakeResponsesServer
-    claude: FakeMessagesServer
-    caller: Caller
-    profile: Path
-    workspace: Path
-
-    async def call(self, name: str, **arguments: Any) -> ToolResult:
-        result: ToolResult = await self.harness.tool(name).call(arguments, self.caller)
-        return result
-
-    def stall(self, product: str) -> None:
-        # Bounded, so the same test against code without the limit ends (and fails) in time.
-        if product == CODEX:
-            self.codex.queue_stall(seconds=40)
-        else:
-            self.claude.queue_stall(seconds=40)
-
-    def trickle(self, product: str) -> None:
-        if product == CODEX:
-            self.codex.queue_trickle(WORDS, interval_s=1.0)
-        else:
-            self.claude.queue_trickle("".join(WORDS).strip(), interval_s=1.0)
-
-    async def request_arrived(self, product: str) -> float:
-        """When the product's model request reached the loopback server (``monotonic``)."""
-        if product == CODEX:
-            await self.codex.wait_for_requests(1, timeout=60)
-        else:
-            assert await self.claude.wait_for_requests(1, timeout=60)
-        return time.monotonic()
+def _stall(stack: Any, product: str) -> None:
+    # Bounded, so the same test against code without the limit ends (and fails) in time.
+    stack.stall(product, seconds=40)
 
 
-def _toml_env(env: dict[str, str]) -> str:
-    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }"
-
-
-def _profile_text(codex_env: dict[str, str], claude: dict[str, str]) -> str:
-    rows = []
-    for kind, env in ((CODEX, codex_env), (CLAUDE, claude)):
-        rows += [
-            "[[provider]]",
-            f'kind = "{kind}"',
-            "[provider.config]",
-            'stderr = "discard"',
-            f"dispose_grace_ms = {int(GRACE_S * 1000)}",
-            f"env = {_toml_env(env)}",
-            "",
-        ]
-    for kind in (CODEX, CLAUDE):
-        rows += [
-            "[[tool]]",
-            f'provider = "{kind}"',
-            f'tool_name = "{TOOLS[kind]}"',
-            'max_depth = "provider-managed"',
-            f"stall_timeout_s = {STALL_S}",
-            "",
-        ]
-    return "\n".join(rows)
+def _trickle(stack: Any, product: str) -> None:
+    if product == CODEX:
+        stack.codex.queue_trickle(WORDS, interval_s=1.0)
+    else:
+        stack.claude.queue_trickle("".join(WORDS).strip(), interval_s=1.0)
 
 
 @pytest.fixture
-async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
-        home = write_codex_home(tmp_path / "codex-home", codex.base_url, "limits-model")
-        env = claude_env(tmp_path / "claude", claude.base_url)
-        profile = tmp_path / "profile.toml"
-        profile.write_text(_profile_text(hermetic_env(home), env), encoding="utf-8")
-        async with Harness.from_profile(profile) as harness:
-            yield Stack(
-                harness, codex, claude, Caller("limits", str(workspace)), profile, workspace
-            )
+async def stack(loopback: Any) -> AsyncIterator[Any]:
+    tool = {"max_depth": "provider-managed", "stall_timeout_s": STALL_S}
+    profile = loopback.profile(
+        {"stderr": "discard", "dispose_grace_ms": int(GRACE_S * 1000)},
+        tool=[{"provider": kind, "tool_name": TOOLS[kind], **tool} for kind in (CODEX, CLAUDE)],
+    )
+    caller = Caller("limits", str(loopback.workspace))
+    async with loopback.session(loopback.write(profile), caller) as session:
+        yield session
 
 
 async def _owned(pid: int | None = None) -> list[int]:
     return await asyncio.to_thread(owned_marked_processes, pid)
 
 
-async def _stalled_call(stack: Stack, product: str, **extra: Any) -> tuple[ToolResult, float]:
+async def _stalled_call(stack: Any, product: str, **extra: Any) -> tuple[ToolResult, float]:
     """The call, how long it took from the model request to its settling; the tree was alive
     when the request arrived."""
-    stack.stall(product)
+    _stall(stack, product)
     call = asyncio.ensure_future(
         stack.call(TOOLS[product], description="stall task", prompt="STALL please", **extra)
     )
-    arrived = await stack.request_arrived(product)
+    arrived = await stack.request_arrived(product, timeout=60)
     assert await _owned() != [], "the product's tree was not alive while the model stalled"
     result = await call
     return result, time.monotonic() - arrived
 
 
 @pytest.mark.parametrize("product", [CODEX, CLAUDE])
-async def test_a_stalled_foreground_run_stops_at_its_stall_limit(
-    stack: Stack, product: str
-) -> None:
+async def test_a_stalled_foreground_run_stops_at_its_stall_limit(stack: Any, product: str) -> None:
     began = time.monotonic()
     result, after_request = await _stalled_call(stack, product)
     assert time.monotonic() - began >= STALL_S
@@ -159,8 +96,8 @@ async def test_a_stalled_foreground_run_stops_at_its_stall_limit(
 
 
 @pytest.mark.parametrize("product", [CODEX, CLAUDE])
-async def test_a_stalled_job_ends_failed_with_the_limit(stack: Stack, product: str) -> None:
-    stack.stall(product)
+async def test_a_stalled_job_ends_failed_with_the_limit(stack: Any, product: str) -> None:
+    _stall(stack, product)
     started = await stack.call(
         TOOLS[product], description="stall job", prompt="STALL job", run_in_background=True
     )
@@ -168,7 +105,7 @@ async def test_a_stalled_job_ends_failed_with_the_limit(stack: Stack, product: s
     assert started.value is not None
     job_id = started.value["job_id"]
     assert started.text == f"started background subagent job {job_id}"
-    arrived = await stack.request_arrived(product)
+    arrived = await stack.request_arrived(product, timeout=60)
     assert await _owned() != [], "the product's tree was not alive while the model stalled"
     read = await stack.call("job_output", job_id=job_id, wait=True, timeout_ms=60000)
     after_request = time.monotonic() - arrived
@@ -179,9 +116,9 @@ async def test_a_stalled_job_ends_failed_with_the_limit(stack: Stack, product: s
 
 @pytest.mark.parametrize("product", [CODEX, CLAUDE])
 async def test_a_model_streaming_a_word_a_second_completes_under_the_stall_limit(
-    stack: Stack, product: str
+    stack: Any, product: str
 ) -> None:
-    stack.trickle(product)
+    _trickle(stack, product)
     began = time.monotonic()
     result = await stack.call(TOOLS[product], description="slow task", prompt="TRICKLE please")
     assert time.monotonic() - began >= 6.0  # the stream really took longer than the limit
@@ -193,11 +130,11 @@ async def test_a_model_streaming_a_word_a_second_completes_under_the_stall_limit
     assert await _owned() == []
 
 
-async def test_timeout_s_stops_a_run_that_keeps_talking(stack: Stack) -> None:
+async def test_timeout_s_stops_a_run_that_keeps_talking(stack: Any) -> None:
     # The wall clock bounds a live run the stall limit lets through.
     tool = stack.harness.tool(TOOLS[CODEX])
-    tool.config = tool.config.model_copy(update={"timeout_s": 3.0})  # type: ignore[attr-defined]
-    stack.trickle(CODEX)
+    tool.config = tool.config.model_copy(update={"timeout_s": 3.0})
+    _trickle(stack, CODEX)
     began = time.monotonic()
     result = await stack.call(TOOLS[CODEX], description="slow task", prompt="TRICKLE long")
     took = time.monotonic() - began
@@ -211,34 +148,22 @@ async def test_timeout_s_stops_a_run_that_keeps_talking(stack: Stack) -> None:
     assert await _owned() == []
 
 
-async def _dsh_run(stack: Stack, *args: str) -> tuple[int | None, str, str, int]:
+async def _dsh_run(stack: Any, *args: str) -> tuple[int | None, str, str, int]:
     argv = [sys.executable, "-m", "dsh.tool_subagent._cli", "run", "--profile", str(stack.profile)]
-    spec = SpawnSpec(
-        argv=[*argv, "--cwd", str(stack.workspace), *args],
-        cwd=str(stack.workspace),
-        env={},
-        stdout=Collect(1 << 16),
-        stderr=Collect(1 << 16),
-    )
-    proc = await default_runtime().spawn(spec)
-    try:
-        async with asyncio.timeout(90):
-            outcome = await proc.wait()
-    finally:
-        await proc.aclose()
-    out, err = proc.collected("stdout").text, proc.collected("stderr").text
-    return outcome.exit_code, out, err, proc.pid
+    argv += ["--cwd", str(stack.workspace), *args]
+    ran = await run_to_exit(argv, cwd=stack.workspace, timeout_s=90)
+    return ran.exit_code, ran.stdout, ran.stderr, ran.pid
 
 
 @pytest.mark.parametrize("product", [CODEX, CLAUDE])
-async def test_dsh_run_stall_timeout_stops_a_stalled_run(stack: Stack, product: str) -> None:
+async def test_dsh_run_stall_timeout_stops_a_stalled_run(stack: Any, product: str) -> None:
     # The profile says 2 s already; --stall-timeout 2.5 replaces it and is the one named.
-    stack.stall(product)
+    _stall(stack, product)
     began = time.monotonic()
     run = asyncio.ensure_future(
         _dsh_run(stack, "--tool", TOOLS[product], "--stall-timeout", "2.5", "STALL cli")
     )
-    arrived = await stack.request_arrived(product)
+    arrived = await stack.request_arrived(product, timeout=60)
     code, out, err, pid = await run
     assert time.monotonic() - began >= 2.5
     assert time.monotonic() - arrived <= 2.5 + GRACE_S + SLACK_S + 1.0  # + interpreter exit
@@ -253,7 +178,7 @@ def _command(cmd: str) -> Reply:
 
 
 async def test_a_codex_command_that_prints_keeps_its_run_alive_and_a_silent_one_does_not(
-    stack: Stack,
+    stack: Any,
 ) -> None:
     # Codex streams a running command's output (item/commandExecution/outputDelta): a command
     # that prints once a second for 6 s is activity; the same 6 s of silence is a stall.
@@ -270,35 +195,28 @@ async def test_a_codex_command_that_prints_keeps_its_run_alive_and_a_silent_one_
 
 
 async def test_a_claude_code_bash_command_is_silent_to_dsh_even_when_it_prints(
-    tmp_path: Path,
+    loopback: Any,
 ) -> None:
     # The CLI streams nothing while its Bash tool runs, whatever the command prints: that is why
     # the default stall limit (900 s) is above the Bash tool's 10-minute maximum.
-    workspace = tmp_path / "bash-ws"
-    workspace.mkdir()
-    async with FakeMessagesServer() as claude:
-        env = {**claude_env(tmp_path / "bash-claude", claude.base_url), "IS_SANDBOX": "1"}
-        config = {"env": env, "stderr": "discard", "dispose_grace_ms": 2000}
-        profile = {
-            "provider": [
-                {"kind": CLAUDE, "config": {**config, "permission_mode": "bypassPermissions"}}
-            ],
-            "tool": [{"provider": CLAUDE, "tool_name": "bash_tool", "stall_timeout_s": STALL_S}],
-        }
-        token = f"{time.monotonic_ns() % 10**6}"
-        command = f"for i in 1 2 3 4 5 6 7 8 9 10; do echo tick {token} $i; sleep 1; done"
-        claude.queue_tool_call("Bash", {"command": command, "description": "print"})
-        claude.queue_text("the command finished")
-        async with Harness.from_profile(profile) as harness:
-            call = asyncio.ensure_future(
-                harness.tool("bash_tool").call(
-                    {"description": "bash", "prompt": "BASH please"}, Caller("l", str(workspace))
-                )
-            )
-            async with asyncio.timeout(60):
-                while not await asyncio.to_thread(_running, token):  # noqa: ASYNC110 - bounded poll
-                    await asyncio.sleep(0.05)
-            result = await call
+    claude = loopback.claude
+    config = {**loopback.unattended()["claude"], "stderr": "discard", "dispose_grace_ms": 2000}
+    profile = {
+        "provider": [{"kind": CLAUDE, "config": config}],
+        "tool": [{"provider": CLAUDE, "tool_name": "bash_tool", "stall_timeout_s": STALL_S}],
+    }
+    token = f"{time.monotonic_ns() % 10**6}"
+    command = f"for i in 1 2 3 4 5 6 7 8 9 10; do echo tick {token} $i; sleep 1; done"
+    claude.queue_tool_call("Bash", {"command": command, "description": "print"})
+    claude.queue_text("the command finished")
+    async with loopback.session(profile, Caller("l", str(loopback.workspace))) as session:
+        call = asyncio.ensure_future(
+            session.call("bash_tool", description="bash", prompt="BASH please")
+        )
+        async with asyncio.timeout(60):
+            while not await asyncio.to_thread(_running, token):  # noqa: ASYNC110 - bounded poll
+                await asyncio.sleep(0.05)
+        result = await call
     assert (result.text, result.is_error) == (STALLED, True)
     assert [r.answers_tool for r in claude.requests] == [False]  # stopped mid-command
     assert not await asyncio.to_thread(_running, token)

@@ -45,7 +45,6 @@ from dsh.subagent_codex.testing import (
     Stall,
     write_codex_home,
 )
-from dsh.subagent_codex.testing import hermetic_env as codex_env
 from dsh.subprocess import (
     Collect,
     ManagedProcess,
@@ -88,39 +87,6 @@ def assert_run_timings(timings: Mapping[str, float]) -> None:
     assert values == sorted(values)
 
 
-def _toml_string(value: str) -> str:
-    return json.dumps(value)  # a JSON string is a TOML basic string for these characters
-
-
-def _toml_env(env: Mapping[str, str]) -> str:
-    return "{ " + ", ".join(f"{k} = {_toml_string(v)}" for k, v in env.items()) + " }"
-
-
-def write_profile(tmp_path: Path, codex_base_url: str, claude_base_url: str) -> Path:
-    codex_home = write_codex_home(tmp_path / "codex-home", codex_base_url, "mock-model")
-    profile = tmp_path / "profile.toml"
-    profile.write_text(
-        "\n".join(
-            [
-                "[[provider]]",
-                'kind = "codex"',
-                "[provider.config]",
-                "dispose_grace_ms = 1000",
-                f"env = {_toml_env(codex_env(codex_home))}",
-                "",
-                "[[provider]]",
-                'kind = "claude-code"',
-                "[provider.config]",
-                "dispose_grace_ms = 1000",
-                f"env = {_toml_env(claude_env(tmp_path / 'claude-root', claude_base_url))}",
-                "",
-            ]
-        ),
-        encoding="utf-8",
-    )
-    return profile
-
-
 def codex_route(request: RecordedRequest) -> Reply | HttpStatus | Stall | None:
     """Codex answers by task: ``FAIL ...`` → HTTP 500 with a canary body, ``STALL ...`` → stall."""
     task = request.task or ""
@@ -129,6 +95,35 @@ def codex_route(request: RecordedRequest) -> Reply | HttpStatus | Stall | None:
     if task.startswith("STALL"):
         return Stall(seconds=60.0)
     return Reply((MessageItem(f"codex says: {task}"),))
+
+
+@dataclass
+class Servers:
+    """Both loopback model servers (Codex's answering by task, ``codex_route``) and a profile
+    that points both products at them (``tests-e2e/conftest.py``'s ``loopback``)."""
+
+    codex: FakeResponsesServer
+    claude: FakeMessagesServer
+    profile: Path
+    loopback: Any
+
+    def stall_limited(self) -> Path:
+        """The profile with one tool per provider under the stall limit (the default tools)."""
+        tools = [
+            {"provider": kind, "tool_name": name, "max_depth": "provider-managed"}
+            | {"stall_timeout_s": MCP_STALL_S}
+            for kind, name in (("codex", "subagent_codex"), ("claude-code", "subagent_claude_code"))
+        ]
+        profile = self.loopback.profile({"dispose_grace_ms": 1000}, tool=tools)
+        written: Path = self.loopback.write(profile, self.loopback.root / "stall-profile.toml")
+        return written
+
+
+@pytest.fixture
+def servers(loopback: Any) -> Servers:
+    loopback.codex_route = codex_route
+    profile = loopback.write(loopback.profile({"dispose_grace_ms": 1000}))
+    return Servers(loopback.codex, loopback.claude, profile, loopback)
 
 
 @dataclass
@@ -275,106 +270,105 @@ async def test_the_default_profile_serves_one_delegation_tool_per_product(
 
 @pytest.mark.timeout(240)
 async def test_dsh_mcp_serves_both_real_products_over_stdio(
-    tmp_path: Path, workspace: Path
+    tmp_path: Path, workspace: Path, servers: Servers
 ) -> None:
-    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
-        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
-        expected_tools = Harness.from_profile(profile).tools  # building starts nothing
-        claude.queue_text("claude foreground answer", match="FG claude")
-        claude.queue_text("claude background answer", match="BG claude")
-        codex.usage = dict(SAMPLE_USAGE)
-        claude.usage = {"input_tokens": 11, "output_tokens": 7, "cache_read_input_tokens": 13}
+    codex, claude, profile = servers.codex, servers.claude, servers.profile
+    expected_tools = Harness.from_profile(profile).tools  # building starts nothing
+    claude.queue_text("claude foreground answer", match="FG claude")
+    claude.queue_text("claude background answer", match="BG claude")
+    codex.usage = dict(SAMPLE_USAGE)
+    claude.usage = {"input_tokens": 11, "output_tokens": 7, "cache_read_input_tokens": 13}
 
-        async with mcp_client(profile, workspace) as client:
-            listed = (await client.session.list_tools()).tools
-            assert [t.name for t in listed] == TOOL_NAMES
-            for mcp_tool, tool in zip(listed, expected_tools, strict=True):
-                assert (mcp_tool.name, mcp_tool.description) == (tool.name, tool.description)
-                assert mcp_tool.input_schema == tool.input_schema
+    async with mcp_client(profile, workspace) as client:
+        listed = (await client.session.list_tools()).tools
+        assert [t.name for t in listed] == TOOL_NAMES
+        for mcp_tool, tool in zip(listed, expected_tools, strict=True):
+            assert (mcp_tool.name, mcp_tool.description) == (tool.name, tool.description)
+            assert mcp_tool.input_schema == tool.input_schema
 
-            # Foreground: each real product answers through the MCP tool call.
-            codex_fg = await client.call(
-                "subagent_codex", {"description": "fg codex", "prompt": "FG codex task 1"}
-            )
-            assert codex_fg == ("codex says: FG codex task 1", False)
-            # The text above is unchanged; the host-only usage facts ride in ``_meta``.
-            assert client.last_meta is not None
-            codex_usage = client.last_meta["dsh/usage"]
-            assert {k: v for k, v in codex_usage.items() if k != "context_window"} == {
-                "input_tokens": 1000,
-                "cached_input_tokens": 200,
-                "output_tokens": 30,
-                "reasoning_output_tokens": 7,
-                "total_tokens": 1030,
-                "model_requests": 1,
-            }
-            assert_run_timings(client.last_meta["dsh/timings"])
-            claude_fg = await client.call(
-                "subagent_claude_code", {"description": "fg claude", "prompt": "FG claude task"}
-            )
-            assert claude_fg == ("claude foreground answer", False)
-            assert client.last_meta is not None
-            claude_usage = client.last_meta["dsh/usage"]
-            assert {k: claude_usage[k] for k in ("input_tokens", "output_tokens")} == {
-                "input_tokens": 11,
-                "output_tokens": 7,
-            }
-            assert claude_usage["cached_input_tokens"] == 13
-            assert claude_usage["cost_usd"] > 0
-            assert_run_timings(client.last_meta["dsh/timings"])
+        # Foreground: each real product answers through the MCP tool call.
+        codex_fg = await client.call(
+            "subagent_codex", {"description": "fg codex", "prompt": "FG codex task 1"}
+        )
+        assert codex_fg == ("codex says: FG codex task 1", False)
+        # The text above is unchanged; the host-only usage facts ride in ``_meta``.
+        assert client.last_meta is not None
+        codex_usage = client.last_meta["dsh/usage"]
+        assert {k: v for k, v in codex_usage.items() if k != "context_window"} == {
+            "input_tokens": 1000,
+            "cached_input_tokens": 200,
+            "output_tokens": 30,
+            "reasoning_output_tokens": 7,
+            "total_tokens": 1030,
+            "model_requests": 1,
+        }
+        assert_run_timings(client.last_meta["dsh/timings"])
+        claude_fg = await client.call(
+            "subagent_claude_code", {"description": "fg claude", "prompt": "FG claude task"}
+        )
+        assert claude_fg == ("claude foreground answer", False)
+        assert client.last_meta is not None
+        claude_usage = client.last_meta["dsh/usage"]
+        assert {k: claude_usage[k] for k in ("input_tokens", "output_tokens")} == {
+            "input_tokens": 11,
+            "output_tokens": 7,
+        }
+        assert claude_usage["cached_input_tokens"] == 13
+        assert claude_usage["cost_usd"] > 0
+        assert_run_timings(client.last_meta["dsh/timings"])
 
-            # Background on Claude Code, collected by job_output with wait.
-            started = await client.call(
-                "subagent_claude_code",
-                {"description": "bg claude", "prompt": "BG claude task", "run_in_background": True},
-            )
-            claude_job = started_id(started)
-            collected = await client.call(
-                "job_output", {"job_id": claude_job, "wait": True, "timeout_ms": 90000}
-            )
-            assert collected == ("claude background answer\n[status: completed]", False)
-            # A background job's host-only facts ride in job_output's ``_meta`` the same way.
-            assert client.last_meta is not None
-            assert client.last_meta["dsh/usage"] == claude_usage
-            assert_run_timings(client.last_meta["dsh/timings"])
+        # Background on Claude Code, collected by job_output with wait.
+        started = await client.call(
+            "subagent_claude_code",
+            {"description": "bg claude", "prompt": "BG claude task", "run_in_background": True},
+        )
+        claude_job = started_id(started)
+        collected = await client.call(
+            "job_output", {"job_id": claude_job, "wait": True, "timeout_ms": 90000}
+        )
+        assert collected == ("claude background answer\n[status: completed]", False)
+        # A background job's host-only facts ride in job_output's ``_meta`` the same way.
+        assert client.last_meta is not None
+        assert client.last_meta["dsh/usage"] == claude_usage
+        assert_run_timings(client.last_meta["dsh/timings"])
 
-            # Background on Codex: the completion notice arrives as an MCP log notification.
-            started = await client.call(
-                "subagent_codex",
-                {"description": "bg codex", "prompt": "BG codex task 2", "run_in_background": True},
-            )
-            codex_job = started_id(started)
-            assert codex_job != claude_job
-            log = await client.next_log()
-            assert (log.level, log.logger) == ("notice", "dsh.jobs")
-            assert log.data == (
-                f"background job {codex_job} (subagent: bg codex) finished [status: completed]."
-                " Read its output with job_output."
-            )
-            collected = await client.call("job_output", {"job_id": codex_job, "wait": True})
-            assert collected == ("codex says: BG codex task 2\n[status: completed]", False)
-            assert client.last_meta is not None
-            assert client.last_meta["dsh/usage"] == codex_usage
-            assert_run_timings(client.last_meta["dsh/timings"])
+        # Background on Codex: the completion notice arrives as an MCP log notification.
+        started = await client.call(
+            "subagent_codex",
+            {"description": "bg codex", "prompt": "BG codex task 2", "run_in_background": True},
+        )
+        codex_job = started_id(started)
+        assert codex_job != claude_job
+        log = await client.next_log()
+        assert (log.level, log.logger) == ("notice", "dsh.jobs")
+        assert log.data == (
+            f"background job {codex_job} (subagent: bg codex) finished [status: completed]."
+            " Read its output with job_output."
+        )
+        collected = await client.call("job_output", {"job_id": codex_job, "wait": True})
+        assert collected == ("codex says: BG codex task 2\n[status: completed]", False)
+        assert client.last_meta is not None
+        assert client.last_meta["dsh/usage"] == codex_usage
+        assert_run_timings(client.last_meta["dsh/timings"])
 
-            # A real model-side failure: isError with the safe diagnostic, no raw body.
-            failed = await client.call(
-                "subagent_codex", {"description": "fail codex", "prompt": "FAIL please"}
-            )
-            assert failed == (CODEX_FAILURE, True)
-            assert CANARY not in failed[0]
+        # A real model-side failure: isError with the safe diagnostic, no raw body.
+        failed = await client.call(
+            "subagent_codex", {"description": "fail codex", "prompt": "FAIL please"}
+        )
+        assert failed == (CODEX_FAILURE, True)
+        assert CANARY not in failed[0]
 
-            # Finished jobs are listed newest first: the Codex job finished after the Claude one.
-            listing = await client.call("job_list", {})
-            assert listing == (
-                f"{codex_job} [subagent] completed — bg codex\n"
-                f"{claude_job} [subagent] completed — bg claude",
-                False,
-            )
-            # Only the job that finished unreported sent a notice (the Claude job was waited on).
-            assert client.logs == []
+        # Finished jobs are listed newest first: the Codex job finished after the Claude one.
+        listing = await client.call("job_list", {})
+        assert listing == (
+            f"{codex_job} [subagent] completed — bg codex\n"
+            f"{claude_job} [subagent] completed — bg claude",
+            False,
+        )
+        # Only the job that finished unreported sent a notice (the Claude job was waited on).
+        assert client.logs == []
 
-        assert await settle_ours(tmp_path) == []
+    assert await settle_ours(tmp_path) == []
     tasks = [r.task for r in codex.requests]
     assert tasks == ["FG codex task 1", "BG codex task 2", "FAIL please"]
     assert sorted(r.task for r in claude.requests if r.task) == [
@@ -385,33 +379,32 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
 
 @pytest.mark.timeout(180)
 async def test_closing_the_client_cancels_running_jobs_and_leaves_no_process(
-    tmp_path: Path, workspace: Path
+    tmp_path: Path, workspace: Path, servers: Servers
 ) -> None:
-    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
-        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
-        claude.queue_stall(match="STALL claude")
-        async with mcp_client(profile, workspace) as client:
-            for tool, prompt in (
-                ("subagent_codex", "STALL codex"),
-                ("subagent_claude_code", "STALL claude"),
-            ):
-                text, is_error = await client.call(
-                    tool, {"description": "stall", "prompt": prompt, "run_in_background": True}
-                )
-                assert not is_error, text
-            await codex.wait_for_requests(1, timeout=90)
-            assert await claude.wait_for_requests(1, timeout=90)
-            live = await anyio.to_thread.run_sync(ours, tmp_path)
-            assert len(live) >= 2  # both products are mid-turn
-            running = await client.call("job_list", {})
-            assert running[0].count(" running — stall") == 2
-            began = time.monotonic()
-        closed_in = time.monotonic() - began
-        # The client closed stdin; the server cancelled the owner's jobs (trees exit) and
-        # exited by itself, inside the SDK client's 2 s grace before it would signal.
-        assert await settle_ours(tmp_path) == []
-        assert closed_in < 2.0, f"dsh mcp took {closed_in:.2f}s to exit after stdin EOF"
-        assert client.logs == []
+    codex, claude, profile = servers.codex, servers.claude, servers.profile
+    claude.queue_stall(match="STALL claude")
+    async with mcp_client(profile, workspace) as client:
+        for tool, prompt in (
+            ("subagent_codex", "STALL codex"),
+            ("subagent_claude_code", "STALL claude"),
+        ):
+            text, is_error = await client.call(
+                tool, {"description": "stall", "prompt": prompt, "run_in_background": True}
+            )
+            assert not is_error, text
+        await codex.wait_for_requests(1, timeout=90)
+        assert await claude.wait_for_requests(1, timeout=90)
+        live = await anyio.to_thread.run_sync(ours, tmp_path)
+        assert len(live) >= 2  # both products are mid-turn
+        running = await client.call("job_list", {})
+        assert running[0].count(" running — stall") == 2
+        began = time.monotonic()
+    closed_in = time.monotonic() - began
+    # The client closed stdin; the server cancelled the owner's jobs (trees exit) and
+    # exited by itself, inside the SDK client's 2 s grace before it would signal.
+    assert await settle_ours(tmp_path) == []
+    assert closed_in < 2.0, f"dsh mcp took {closed_in:.2f}s to exit after stdin EOF"
+    assert client.logs == []
 
 
 async def _send(process: ManagedProcess, message: dict[str, Any]) -> None:
@@ -433,58 +426,35 @@ async def _response(process: ManagedProcess, request_id: int) -> dict[str, Any]:
 
 @pytest.mark.timeout(180)
 async def test_sigterm_with_stdin_still_open_closes_the_trees_then_exits_0(
-    tmp_path: Path, workspace: Path
+    tmp_path: Path, workspace: Path, servers: Servers
 ) -> None:
-    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
-        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
-        runtime = SubprocessRuntime()
-        try:
-            process = await runtime.spawn(
-                SpawnSpec(
-                    argv=[str(DSH), "mcp", "--profile", str(profile)],
-                    cwd=workspace,
-                    stdin="pipe",
-                    stdout="pipe",
-                    stderr="ignore",
-                )
-            )
-            await _send(
-                process,
-                {
-                    "jsonrpc": "2.0",
-                    "id": 1,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": "2025-11-25",
-                        "capabilities": {},
-                        "clientInfo": {"name": "raw-client", "version": "0"},
-                    },
-                },
-            )
-            assert "result" in await _response(process, 1)
-            await _send(process, {"jsonrpc": "2.0", "method": "notifications/initialized"})
-            arguments = {"description": "stall", "prompt": "STALL codex", "run_in_background": True}
-            await _send(
-                process,
-                {
-                    "jsonrpc": "2.0",
-                    "id": 2,
-                    "method": "tools/call",
-                    "params": {"name": "subagent_codex", "arguments": arguments},
-                },
-            )
-            started = await _response(process, 2)
-            assert STARTED.fullmatch(started["result"]["content"][0]["text"]), started
-            await codex.wait_for_requests(1, timeout=90)
-            live = await anyio.to_thread.run_sync(ours, tmp_path)
-            assert len(live) >= 2  # the server and the Codex tree, mid-turn
-            os.kill(process.pid, signal.SIGTERM)  # stdin stays open: no EOF
-            with anyio.fail_after(10):
-                outcome = await process.wait()
-            assert outcome.exit_code == 0
-            assert await settle_ours(tmp_path) == []
-        finally:
-            await runtime.aclose()
+    codex, profile = servers.codex, servers.profile
+    runtime = SubprocessRuntime()
+    try:
+        argv = [str(DSH), "mcp", "--profile", str(profile)]
+        process = await _spawn_initialized(runtime, argv, workspace)
+        arguments = {"description": "stall", "prompt": "STALL codex", "run_in_background": True}
+        await _send(
+            process,
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "subagent_codex", "arguments": arguments},
+            },
+        )
+        started = await _response(process, 2)
+        assert STARTED.fullmatch(started["result"]["content"][0]["text"]), started
+        await codex.wait_for_requests(1, timeout=90)
+        live = await anyio.to_thread.run_sync(ours, tmp_path)
+        assert len(live) >= 2  # the server and the Codex tree, mid-turn
+        os.kill(process.pid, signal.SIGTERM)  # stdin stays open: no EOF
+        with anyio.fail_after(10):
+            outcome = await process.wait()
+        assert outcome.exit_code == 0
+        assert await settle_ours(tmp_path) == []
+    finally:
+        await runtime.aclose()
 
 
 # ---- Claude Code's shutdown sequence: SIGINT, then SIGTERM 100 ms later -----------------------
@@ -521,21 +491,27 @@ async def _claude_code_shutdown(process: ManagedProcess) -> Any:
         return await process.wait()
 
 
+@asynccontextmanager
 async def _stalled_foreground_codex_call(
-    runtime: SubprocessRuntime, profile: Path, codex: FakeResponsesServer, root: Path
-) -> Any:
-    """``dsh mcp`` with request 2, a foreground Codex call, stalled mid-turn."""
-    argv = [str(DSH), "mcp", "--profile", str(profile)]
-    process = await _spawn_initialized(runtime, argv, root / "workspace")
-    call = {
-        "name": "subagent_codex",
-        "arguments": {"description": "stall", "prompt": "STALL codex"},
-    }
-    await _send(process, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
-    await codex.wait_for_requests(1, timeout=90)
-    live = await anyio.to_thread.run_sync(ours, root)
-    assert len(live) >= 2  # the server and the Codex tree, mid-turn
-    return process
+    servers: Servers, root: Path
+) -> AsyncIterator[ManagedProcess]:
+    """``dsh mcp`` with request 2, a foreground Codex call, stalled mid-turn; its runtime is
+    closed on the way out."""
+    runtime = SubprocessRuntime()
+    try:
+        argv = [str(DSH), "mcp", "--profile", str(servers.profile)]
+        process = await _spawn_initialized(runtime, argv, root / "workspace")
+        call = {
+            "name": "subagent_codex",
+            "arguments": {"description": "stall", "prompt": "STALL codex"},
+        }
+        await _send(process, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+        await servers.codex.wait_for_requests(1, timeout=90)
+        live = await anyio.to_thread.run_sync(ours, root)
+        assert len(live) >= 2  # the server and the Codex tree, mid-turn
+        yield process
+    finally:
+        await runtime.aclose()
 
 
 @pytest.mark.timeout(60)
@@ -572,19 +548,13 @@ async def test_a_stop_right_after_the_handshake_is_a_clean_exit_every_time(
 
 @pytest.mark.timeout(180)
 async def test_claude_codes_shutdown_with_a_run_in_flight_exits_the_tree_before_the_server(
-    tmp_path: Path, workspace: Path
+    tmp_path: Path, workspace: Path, servers: Servers
 ) -> None:
-    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
-        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
-        runtime = SubprocessRuntime()
-        try:
-            process = await _stalled_foreground_codex_call(runtime, profile, codex, tmp_path)
-            outcome = await _claude_code_shutdown(process)
-            # A /proc walk the moment the server is reaped, with no settling: the Codex tree
-            # exited before the server did.
-            left = await anyio.to_thread.run_sync(ours, tmp_path)
-        finally:
-            await runtime.aclose()
+    async with _stalled_foreground_codex_call(servers, tmp_path) as process:
+        outcome = await _claude_code_shutdown(process)
+        # A /proc walk the moment the server is reaped, with no settling: the Codex tree
+        # exited before the server did.
+        left = await anyio.to_thread.run_sync(ours, tmp_path)
     assert (outcome.exit_code, outcome.signal) == (130, None)
     assert left == []
 
@@ -685,22 +655,33 @@ def _texts(content: Any) -> str:
     return "\n".join(str(part.get("text", "")) for part in content or [] if isinstance(part, dict))
 
 
+def _function_outputs(request: RecordedRequest) -> list[str] | None:
+    """The tool results a host's request carries, oldest first (``None``: not a turn)."""
+    body = request.body
+    if not isinstance(body, dict) or "input" not in body:
+        return None
+    return [
+        _texts(item.get("output"))
+        for item in body["input"]
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    ]
+
+
+def _host_call(name: str, arguments: dict[str, Any], index: int) -> Reply:
+    """The host model's next call of one of dsh's tools (through the MCP namespace)."""
+    return Reply((FunctionCallItem(name, arguments, f"call-{index}", namespace=NAMESPACE),))
+
+
 def codex_host_route(script: HostScript) -> Callable[[RecordedRequest], Reply | None]:
     def route(request: RecordedRequest) -> Reply | None:
-        body = request.body
-        if not isinstance(body, dict) or "input" not in body:
+        results = _function_outputs(request)
+        if results is None:
             return None
-        results = [
-            _texts(item.get("output"))
-            for item in body["input"]
-            if isinstance(item, dict) and item.get("type") == "function_call_output"
-        ]
         call = script.next_call(results)
         if call is None:
             return Reply((MessageItem("host done"),))
         name, arguments = call
-        item = FunctionCallItem(name, arguments, f"call-{len(results)}", namespace=NAMESPACE)
-        return Reply((item,))
+        return _host_call(name, arguments, len(results))
 
     return route
 
@@ -793,6 +774,33 @@ def report_usage_canary(codex: FakeResponsesServer, claude: FakeMessagesServer) 
     claude.usage = {"input_tokens": USAGE_CANARY, "output_tokens": 5}
 
 
+async def _run_claude_host(
+    script: Any, commands: list[list[str]], root: Path, workspace: Path
+) -> tuple[str, str, list[str]]:
+    """Run the recipe's ``commands`` with the real Claude Code as the host, its model scripted by
+    ``script``: stdout, stderr and every request body the host sent its model."""
+    with FakeMessagesServer(route=claude_host_route(script)) as host:
+        out, err = await _run_hosts(commands, workspace, claude_host_env(root, host.base_url))
+        bodies = [json.dumps(request.body) for request in host.requests]
+    return out, err, bodies
+
+
+def _host_delegating(
+    servers: Servers, foreground: str, background: str, claude_answer: str
+) -> HostScript:
+    """A host that delegates ``foreground`` in the foreground and ``background`` as a job, each
+    to the product its prompt names; Claude Code's subagent answers its prompt with
+    ``claude_answer`` (Codex's echoes), and both report the usage canary."""
+    tools = {"codex": "subagent_codex", "claude": "subagent_claude_code"}
+    foreground_tool, background_tool = (
+        tools[prompt.split()[1]] for prompt in (foreground, background)
+    )
+    claude_prompt = foreground if foreground_tool == "subagent_claude_code" else background
+    servers.claude.queue_text(claude_answer, match=claude_prompt)
+    report_usage_canary(servers.codex, servers.claude)
+    return HostScript.delegating((foreground_tool, foreground), (background_tool, background))
+
+
 def assert_usage_stayed_host_side(model_inputs: list[str]) -> None:
     """Neither the count nor the ``dsh/`` meta keys reached what the host sent its model."""
     seen = "\n".join(model_inputs)
@@ -817,55 +825,45 @@ def _assert_host_saw(script: HostScript, foreground_answer: str, background_answ
 
 @pytest.mark.timeout(300)
 async def test_codex_exec_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_result(
-    tmp_path: Path, workspace: Path
+    tmp_path: Path, workspace: Path, servers: Servers
 ) -> None:
-    script = HostScript.delegating(
-        ("subagent_codex", "FG codex host"), ("subagent_claude_code", "BG claude host")
+    script = _host_delegating(
+        servers, "FG codex host", "BG claude host", "claude background answer"
     )
-    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
-        claude.queue_text("claude background answer", match="BG claude host")
-        report_usage_canary(codex, claude)
-        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
-        paths = {"/path/to/profile.toml": str(profile), "/path/to/project": str(workspace)}
-        with threaded_responses_server(codex_host_route(script)) as host_url:
-            home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
-            with (home / "config.toml").open("a", encoding="utf-8") as config:
-                config.write("\n" + recipe("codex-config", paths))
-            commands = recipe_commands("codex-exec", paths)
-            assert [c[:2] for c in commands] == [["codex", "exec"]]
-            env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
-            out, err = await _run_hosts(commands, workspace, {**env, "RUST_LOG": "error"})
-        assert out.strip() == "host done", err[-3000:]
-        _assert_host_saw(script, "codex says: FG codex host", "claude background answer")
-        assert_usage_stayed_host_side([text for results in script.seen for text in results])
-        assert await settle_ours(tmp_path) == []
+    profile = servers.profile
+    paths = {"/path/to/profile.toml": str(profile), "/path/to/project": str(workspace)}
+    with threaded_responses_server(codex_host_route(script)) as host_url:
+        home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
+        with (home / "config.toml").open("a", encoding="utf-8") as config:
+            config.write("\n" + recipe("codex-config", paths))
+        commands = recipe_commands("codex-exec", paths)
+        assert [c[:2] for c in commands] == [["codex", "exec"]]
+        env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
+        out, err = await _run_hosts(commands, workspace, {**env, "RUST_LOG": "error"})
+    assert out.strip() == "host done", err[-3000:]
+    _assert_host_saw(script, "codex says: FG codex host", "claude background answer")
+    assert_usage_stayed_host_side([text for results in script.seen for text in results])
+    assert await settle_ours(tmp_path) == []
 
 
 @pytest.mark.parametrize("recipe_name", ["claude-mcp-add", "claude-mcp-config"])
 @pytest.mark.timeout(300)
 async def test_claude_code_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_result(
-    tmp_path: Path, workspace: Path, recipe_name: str
+    tmp_path: Path, workspace: Path, servers: Servers, recipe_name: str
 ) -> None:
-    script = HostScript.delegating(
-        ("subagent_claude_code", "FG claude host"), ("subagent_codex", "BG codex host")
+    script = _host_delegating(
+        servers, "FG claude host", "BG codex host", "claude foreground answer"
     )
-    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
-        claude.queue_text("claude foreground answer", match="FG claude host")
-        report_usage_canary(codex, claude)
-        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
-        paths = claude_host_paths(tmp_path, profile, workspace)
-        with FakeMessagesServer(route=claude_host_route(script)) as host:
-            commands = recipe_commands(recipe_name, paths)  # `claude mcp add`, then `claude -p`
-            assert commands[-1][:2] == ["claude", "-p"]
-            env = claude_host_env(tmp_path, host.base_url)
-            out, err = await _run_hosts(commands, workspace, env)
-            host_bodies = [json.dumps(request.body) for request in host.requests]
-        assert out.strip() == "host done", err[-3000:]
-        _assert_host_saw(script, "claude foreground answer", "codex says: BG codex host")
-        # Whole request bodies: everything the real host sent its model, tool results included.
-        assert any("claude foreground answer" in body for body in host_bodies)
-        assert_usage_stayed_host_side(host_bodies)
-        assert await settle_ours(tmp_path) == []
+    paths = claude_host_paths(tmp_path, servers.profile, workspace)
+    commands = recipe_commands(recipe_name, paths)  # `claude mcp add`, then `claude -p`
+    assert commands[-1][:2] == ["claude", "-p"]
+    out, err, host_bodies = await _run_claude_host(script, commands, tmp_path, workspace)
+    assert out.strip() == "host done", err[-3000:]
+    _assert_host_saw(script, "claude foreground answer", "codex says: BG codex host")
+    # Whole request bodies: everything the real host sent its model, tool results included.
+    assert any("claude foreground answer" in body for body in host_bodies)
+    assert_usage_stayed_host_side(host_bodies)
+    assert await settle_ours(tmp_path) == []
 
 
 TYPED_SCHEMA = {
@@ -879,42 +877,41 @@ TYPED_VALUE = {"failing": ["test_a", "test_b ✓"]}
 
 @pytest.mark.timeout(240)
 async def test_claude_code_as_mcp_host_receives_a_typed_tools_json(
-    tmp_path: Path, workspace: Path
+    tmp_path: Path, workspace: Path, servers: Servers
 ) -> None:
     """A real host (``claude -p``) calls a dsh tool that declares ``outputSchema``; the value a
     real Codex answered with reaches the host's model as the value's JSON."""
-    async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
-        codex.queue_text(json.dumps(TYPED_VALUE), phase="final_answer")
-        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
-        (tmp_path / "failing.json").write_text(json.dumps(TYPED_SCHEMA), encoding="utf-8")
-        with profile.open("a", encoding="utf-8") as rows:
-            rows.write(
-                '[[tool]]\nprovider = "codex"\ntool_name = "failing_tests"\n'
-                'enable_run_in_background = false\noutput_schema = "failing.json"\n'
-            )
-        paths = claude_host_paths(tmp_path, profile, workspace)
-        task = {"description": "find the failing tests", "prompt": "List the failing tests."}
+    servers.loopback.codex_route = None  # Codex answers from its queue, whatever the task
+    codex = servers.codex
+    codex.queue_text(json.dumps(TYPED_VALUE), phase="final_answer")
+    profile = servers.profile
+    (tmp_path / "failing.json").write_text(json.dumps(TYPED_SCHEMA), encoding="utf-8")
+    with profile.open("a", encoding="utf-8") as rows:
+        rows.write(
+            '[[tool]]\nprovider = "codex"\ntool_name = "failing_tests"\n'
+            'enable_run_in_background = false\noutput_schema = "failing.json"\n'
+        )
+    paths = claude_host_paths(tmp_path, profile, workspace)
+    task = {"description": "find the failing tests", "prompt": "List the failing tests."}
 
-        def route(request: ClaudeRequest) -> Behaviour:
-            if not request.tool_results:
-                return Behaviour(
-                    "tool_use", tool_name=f"{NAMESPACE}__failing_tests", tool_input=task
-                )
-            return Behaviour("text", text="host done")
+    def route(request: ClaudeRequest) -> Behaviour:
+        if not request.tool_results:
+            return Behaviour("tool_use", tool_name=f"{NAMESPACE}__failing_tests", tool_input=task)
+        return Behaviour("text", text="host done")
 
-        with FakeMessagesServer(route=route) as host:
-            env = claude_host_env(tmp_path, host.base_url)
-            out, err = await _run_hosts(recipe_commands("claude-mcp-config", paths), workspace, env)
-            seen = [request.tool_results for request in host.requests]
-        assert out.strip() == "host done", err[-3000:]
-        (results,) = [r for r in seen if r]
-        (text,) = results
-        # What the host's model read: the value's compact JSON (as dsh's text content and its
-        # structuredContent both give it).
-        assert text == '{"failing":["test_a","test_b ✓"]}'
-        (request,) = codex.requests
-        assert request.body["text"]["format"]["schema"] == TYPED_SCHEMA
-        assert await settle_ours(tmp_path) == []
+    with FakeMessagesServer(route=route) as host:
+        env = claude_host_env(tmp_path, host.base_url)
+        out, err = await _run_hosts(recipe_commands("claude-mcp-config", paths), workspace, env)
+        seen = [request.tool_results for request in host.requests]
+    assert out.strip() == "host done", err[-3000:]
+    (results,) = [r for r in seen if r]
+    (text,) = results
+    # What the host's model read: the value's compact JSON (as dsh's text content and its
+    # structuredContent both give it).
+    assert text == '{"failing":["test_a","test_b ✓"]}'
+    (request,) = codex.requests
+    assert request.body["text"]["format"]["schema"] == TYPED_SCHEMA
+    assert await settle_ours(tmp_path) == []
 
 
 # ---- closing stdin with requests pending; a profile without delegation tools ------------------
@@ -974,42 +971,34 @@ async def test_requests_pending_at_stdin_eof_are_answered_and_a_jobs_only_profil
 
 @pytest.mark.timeout(180)
 async def test_notifications_cancelled_ends_a_real_foreground_run_and_its_tree(
-    tmp_path: Path, workspace: Path
+    tmp_path: Path, workspace: Path, servers: Servers
 ) -> None:
-    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
-        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
-        runtime = SubprocessRuntime()
-        try:
-            process = await _stalled_foreground_codex_call(runtime, profile, codex, tmp_path)
-            cancel = {"requestId": 2, "reason": "the user interrupted"}
-            await _send(
-                process, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
-            )
-            deadline = time.monotonic() + 30
+    async with _stalled_foreground_codex_call(servers, tmp_path) as process:
+        cancel = {"requestId": 2, "reason": "the user interrupted"}
+        await _send(
+            process, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
+        )
+        deadline = time.monotonic() + 30
+        live = await anyio.to_thread.run_sync(ours, tmp_path)
+        while live != [process.pid] and time.monotonic() < deadline:
+            await anyio.sleep(0.1)
             live = await anyio.to_thread.run_sync(ours, tmp_path)
-            while live != [process.pid] and time.monotonic() < deadline:
-                await anyio.sleep(0.1)
-                live = await anyio.to_thread.run_sync(ours, tmp_path)
-            assert live == [process.pid]  # the Codex tree exited; the server serves on
-            listing = {"name": "job_list", "arguments": {}}
-            await _send(
-                process, {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": listing}
-            )
-            answer = await _response(process, 3)
-            assert answer["result"]["content"][0]["text"] == "(no background jobs)"
-            assert process.stdin is not None
-            process.stdin.close()
-            with anyio.fail_after(10):
-                outcome = await process.wait()
-        finally:
-            await runtime.aclose()
+        assert live == [process.pid]  # the Codex tree exited; the server serves on
+        listing = {"name": "job_list", "arguments": {}}
+        await _send(process, {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": listing})
+        answer = await _response(process, 3)
+        assert answer["result"]["content"][0]["text"] == "(no background jobs)"
+        assert process.stdin is not None
+        process.stdin.close()
+        with anyio.fail_after(10):
+            outcome = await process.wait()
     assert outcome.exit_code == 0
     assert await settle_ours(tmp_path) == []
 
 
 @pytest.mark.timeout(180)
 async def test_codex_runs_the_read_only_job_tools_without_an_approval_setting(
-    tmp_path: Path, workspace: Path
+    tmp_path: Path, workspace: Path, servers: Servers
 ) -> None:
     """The recipe without ``default_tools_approval_mode``: Codex's ``approval_policy = "never"``
     refuses unannotated MCP tools, and runs the ones marked ``readOnlyHint``."""
@@ -1021,37 +1010,29 @@ async def test_codex_runs_the_read_only_job_tools_without_an_approval_setting(
     seen: list[list[str]] = []
 
     def route(request: RecordedRequest) -> Reply | None:
-        body = request.body
-        if not isinstance(body, dict) or "input" not in body:
+        results = _function_outputs(request)
+        if results is None:
             return None
-        results = [
-            _texts(item.get("output"))
-            for item in body["input"]
-            if isinstance(item, dict) and item.get("type") == "function_call_output"
-        ]
         seen.append(results)
         if len(results) == len(calls):
             return Reply((MessageItem("host done"),))
         name, arguments = calls[len(results)]
-        item = FunctionCallItem(name, arguments, f"call-{len(results)}", namespace=NAMESPACE)
-        return Reply((item,))
+        return _host_call(name, arguments, len(results))
 
-    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
-        profile = write_profile(tmp_path, codex.base_url, claude.base_url)
-        paths = {"/path/to/profile.toml": str(profile), "/path/to/project": str(workspace)}
-        config = "".join(
-            line + "\n"
-            for line in recipe("codex-config", paths).splitlines()
-            if not line.startswith("default_tools_approval_mode")
+    paths = {"/path/to/profile.toml": str(servers.profile), "/path/to/project": str(workspace)}
+    config = "".join(
+        line + "\n"
+        for line in recipe("codex-config", paths).splitlines()
+        if not line.startswith("default_tools_approval_mode")
+    )
+    with threaded_responses_server(route) as host_url:
+        home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
+        with (home / "config.toml").open("a", encoding="utf-8") as file:
+            file.write("\n" + config)
+        env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
+        out, err = await _run_hosts(
+            recipe_commands("codex-exec", paths), workspace, {**env, "RUST_LOG": "error"}
         )
-        with threaded_responses_server(route) as host_url:
-            home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
-            with (home / "config.toml").open("a", encoding="utf-8") as file:
-                file.write("\n" + config)
-            env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
-            out, err = await _run_hosts(
-                recipe_commands("codex-exec", paths), workspace, {**env, "RUST_LOG": "error"}
-            )
     assert out.strip() == "host done", err[-3000:]
     listing, output, kill = max(seen, key=len)
     assert "(no background jobs)" in listing
@@ -1066,30 +1047,24 @@ MCP_STALL_S = 2
 MCP_STALLED = "subagent run stopped: no product activity for 2 s (stall_timeout_s)"
 
 
-def _with_stall_limit(profile: Path) -> Path:
-    """The profile with one tool per provider under the stall limit (the default tool names)."""
-    rows = []
-    for kind, name in (("codex", "subagent_codex"), ("claude-code", "subagent_claude_code")):
-        rows += [
-            "[[tool]]",
-            f'provider = "{kind}"',
-            f'tool_name = "{name}"',
-            'max_depth = "provider-managed"',
-            f"stall_timeout_s = {MCP_STALL_S}",
-            "",
-        ]
-    with profile.open("a", encoding="utf-8") as out:
-        out.write("\n".join(rows))
-    return profile
+@dataclass
+class Arrival:
+    at: float | None = None
+
+    def mark(self) -> None:
+        if self.at is None:
+            self.at = time.monotonic()
 
 
 @dataclass
 class StallScript:
-    """The host delegates once to a stalling subagent, then answers with what it got back."""
+    """The host delegates once to a stalling subagent, then answers with what it got back;
+    ``stalled`` is when the subagent's model request arrived (its server marks it)."""
 
     tool: str
     results: list[str] = field(default_factory=list)
     result_seen_at: float | None = None
+    stalled: Arrival = field(default_factory=Arrival)
 
     def next_call(self, results: list[str]) -> tuple[str, dict[str, Any]] | None:
         if not results:
@@ -1100,16 +1075,8 @@ class StallScript:
         return None
 
 
-@dataclass
-class Arrival:
-    at: float | None = None
-
-    def mark(self) -> None:
-        if self.at is None:
-            self.at = time.monotonic()
-
-
-def _assert_stopped_in_time(script: StallScript, stalled: Arrival) -> None:
+def _assert_stopped_in_time(script: StallScript) -> None:
+    stalled = script.stalled
     assert script.results, "the host never sent the delegation's tool result to its model"
     assert MCP_STALLED in script.results[0], script.results
     assert stalled.at is not None, "the subagent's model request never arrived"
@@ -1121,54 +1088,46 @@ def _assert_stopped_in_time(script: StallScript, stalled: Arrival) -> None:
 
 @pytest.mark.timeout(300)
 async def test_codex_exec_as_host_gets_the_stall_limit_of_a_stalled_claude_code_subagent(
-    tmp_path: Path, workspace: Path
+    tmp_path: Path, workspace: Path, servers: Servers
 ) -> None:
     script = StallScript("subagent_claude_code")
-    stalled = Arrival()
 
     def claude_route(request: ClaudeRequest) -> Behaviour | None:
         if request.task == "STALL via mcp":
-            stalled.mark()
+            script.stalled.mark()
             return Behaviour("stall", seconds=40)
         return None
 
-    async with (
-        FakeResponsesServer(route=codex_route) as codex,
-        FakeMessagesServer(route=claude_route) as claude,
-    ):
-        profile = _with_stall_limit(write_profile(tmp_path, codex.base_url, claude.base_url))
-        paths = {"/path/to/profile.toml": str(profile), "/path/to/project": str(workspace)}
-        with threaded_responses_server(codex_host_route(script)) as host_url:  # type: ignore[arg-type]
-            home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
-            with (home / "config.toml").open("a", encoding="utf-8") as config:
-                config.write("\n" + recipe("codex-config", paths))
-            env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
-            commands = recipe_commands("codex-exec", paths)
-            out, err = await _run_hosts(commands, workspace, {**env, "RUST_LOG": "error"})
-        assert out.strip() == "host done", err[-3000:]
-    _assert_stopped_in_time(script, stalled)
+    servers.loopback.claude_route = claude_route
+    profile = servers.stall_limited()
+    paths = {"/path/to/profile.toml": str(profile), "/path/to/project": str(workspace)}
+    with threaded_responses_server(codex_host_route(script)) as host_url:  # type: ignore[arg-type]
+        home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
+        with (home / "config.toml").open("a", encoding="utf-8") as config:
+            config.write("\n" + recipe("codex-config", paths))
+        env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
+        commands = recipe_commands("codex-exec", paths)
+        out, err = await _run_hosts(commands, workspace, {**env, "RUST_LOG": "error"})
+    assert out.strip() == "host done", err[-3000:]
+    _assert_stopped_in_time(script)
     assert await settle_ours(tmp_path) == []
 
 
 @pytest.mark.timeout(300)
 async def test_claude_code_as_host_gets_the_stall_limit_of_a_stalled_codex_subagent(
-    tmp_path: Path, workspace: Path
+    tmp_path: Path, workspace: Path, servers: Servers
 ) -> None:
     script = StallScript("subagent_codex")
-    stalled = Arrival()
 
     def subagent_route(request: RecordedRequest) -> Reply | HttpStatus | Stall | None:
         if (request.task or "").startswith("STALL"):
-            stalled.mark()
+            script.stalled.mark()
         return codex_route(request)
 
-    async with FakeResponsesServer(route=subagent_route) as codex, FakeMessagesServer() as claude:
-        profile = _with_stall_limit(write_profile(tmp_path, codex.base_url, claude.base_url))
-        paths = claude_host_paths(tmp_path, profile, workspace)
-        with FakeMessagesServer(route=claude_host_route(script)) as host:  # type: ignore[arg-type]
-            commands = recipe_commands("claude-mcp-config", paths)
-            env = claude_host_env(tmp_path, host.base_url)
-            out, err = await _run_hosts(commands, workspace, env)
-        assert out.strip() == "host done", err[-3000:]
-    _assert_stopped_in_time(script, stalled)
+    servers.loopback.codex_route = subagent_route
+    paths = claude_host_paths(tmp_path, servers.stall_limited(), workspace)
+    commands = recipe_commands("claude-mcp-config", paths)
+    out, err, _ = await _run_claude_host(script, commands, tmp_path, workspace)
+    assert out.strip() == "host done", err[-3000:]
+    _assert_stopped_in_time(script)
     assert await settle_ours(tmp_path) == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry import trace
@@ -22,15 +23,12 @@ from opentelemetry.trace import StatusCode
 from otel_capture import OtlpReceiver, capture
 
 from dsh.subagent_claude_code.testing import FakeMessagesServer
-from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex.testing import (
     SAMPLE_USAGE,
     FakeResponsesServer,
     HttpStatus,
     Stall,
-    write_codex_home,
 )
-from dsh.subagent_codex.testing import hermetic_env as codex_env
 from dsh.tool_subagent import Caller, Harness
 
 pytestmark = pytest.mark.real_product
@@ -47,28 +45,14 @@ def spans() -> Iterator[InMemorySpanExporter]:
         yield exporter
 
 
-def harness(tmp_path: Path, codex_url: str, claude_url: str) -> Harness:
-    codex_home = write_codex_home(tmp_path / "codex-home", codex_url, "mock-model")
+def harness(loopback: Any) -> Harness:
     secret_env = {"DSH_TEST_SECRET": ENV_CANARY}
     return Harness.from_profile(
-        {
-            "provider": [
-                {
-                    "kind": "codex",
-                    "config": {
-                        "dispose_grace_ms": 1000,
-                        "env": codex_env(codex_home) | secret_env,
-                    },
-                },
-                {
-                    "kind": "claude-code",
-                    "config": {
-                        "dispose_grace_ms": 1000,
-                        "env": claude_env(tmp_path / "claude", claude_url) | secret_env,
-                    },
-                },
-            ]
-        }
+        loopback.profile(
+            {"dispose_grace_ms": 1000},
+            codex={"env": loopback.codex_env | secret_env},
+            claude={"env": loopback.claude_env | secret_env},
+        )
     )
 
 
@@ -103,79 +87,78 @@ def children(exporter: InMemorySpanExporter, parent: ReadableSpan) -> list[str]:
 
 @pytest.mark.timeout(180)
 async def test_both_products_foreground_and_a_failure(
-    tmp_path: Path, spans: InMemorySpanExporter
+    loopback: Any, spans: InMemorySpanExporter
 ) -> None:
-    caller = Caller(session_id="otel", cwd=str(tmp_path))
-    async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
-        codex.usage = dict(SAMPLE_USAGE)
-        claude.usage = dict(CLAUDE_USAGE)
-        codex.queue_text("codex answer")
-        claude.queue_text("claude answer")
-        async with harness(tmp_path, codex.base_url, claude.base_url) as built:
-            for tool in ("subagent_codex", "subagent_claude_code"):
-                result = await built.tool(tool).call(
-                    {"description": "otel", "prompt": f"count {PROMPT_CANARY}"}, caller
-                )
-                assert result.is_error is False, result.text
-            codex_span = ours(spans, "subagent_codex")
-            claude_span = ours(spans, "subagent_claude_code")
-            # The counts are the servers' (Codex: the Responses usage; Claude Code: model_usage).
-            codex_attributes = dict(codex_span.attributes or {})
-            assert {k: codex_attributes[k] for k in sorted(codex_attributes) if "usage" in k} == {
-                "dsh.usage.context_window": 258400,
-                "dsh.usage.model_requests": 1,
-                "dsh.usage.reasoning_output_tokens": 7,
-                "dsh.usage.total_tokens": 1030,
-                "gen_ai.usage.cache_read.input_tokens": 200,
-                "gen_ai.usage.input_tokens": 1000,
-                "gen_ai.usage.output_tokens": 30,
-            }
-            assert codex_attributes["gen_ai.provider.name"] == "openai"
-            claude_attributes = dict(claude_span.attributes or {})
-            assert claude_attributes["gen_ai.usage.input_tokens"] == 11
-            assert claude_attributes["gen_ai.usage.output_tokens"] == 7
-            assert claude_attributes["gen_ai.usage.cache_read.input_tokens"] == 13
-            assert isinstance(claude_attributes["dsh.usage.cost_usd"], float)
-            assert claude_attributes["dsh.usage.cost_usd"] > 0
-            assert claude_attributes["gen_ai.provider.name"] == "anthropic"
-            for span in (codex_span, claude_span):
-                assert span.attributes["dsh.outcome"] == "completed"  # type: ignore[index]
-                assert children(spans, span) == ["dsh.start", "dsh.teardown", "dsh.turn"]
-            turns = by_name(spans)["dsh.turn"]
-            assert all([e.name for e in turn.events] == ["dsh.first_activity"] for turn in turns)
-
-            # A model-side failure: the span names the category, never the body.
-            spans.clear()
-            codex.queue(HttpStatus(500, {"error": {"message": BODY_CANARY}}))
-            failed = await built.tool("subagent_codex").call(
-                {"description": "otel", "prompt": f"fail {PROMPT_CANARY}"}, caller
+    caller = Caller(session_id="otel", cwd=str(loopback.root))
+    codex, claude = loopback.codex, loopback.claude
+    codex.usage = dict(SAMPLE_USAGE)
+    claude.usage = dict(CLAUDE_USAGE)
+    codex.queue_text("codex answer")
+    claude.queue_text("claude answer")
+    async with harness(loopback) as built:
+        for tool in ("subagent_codex", "subagent_claude_code"):
+            result = await built.tool(tool).call(
+                {"description": "otel", "prompt": f"count {PROMPT_CANARY}"}, caller
             )
-            assert failed.is_error is True
-            failed_span = ours(spans, "subagent_codex")
-            failed_attributes = dict(failed_span.attributes or {})
-            assert failed_attributes["dsh.outcome"] == "error"
-            category = failed_attributes["error.type"]
-            assert f"category: {category}" in failed.text  # the same fact the model got
-            assert failed_span.status.status_code is StatusCode.ERROR
+            assert result.is_error is False, result.text
+        codex_span = ours(spans, "subagent_codex")
+        claude_span = ours(spans, "subagent_claude_code")
+        # The counts are the servers' (Codex: the Responses usage; Claude Code: model_usage).
+        codex_attributes = dict(codex_span.attributes or {})
+        assert {k: codex_attributes[k] for k in sorted(codex_attributes) if "usage" in k} == {
+            "dsh.usage.context_window": 258400,
+            "dsh.usage.model_requests": 1,
+            "dsh.usage.reasoning_output_tokens": 7,
+            "dsh.usage.total_tokens": 1030,
+            "gen_ai.usage.cache_read.input_tokens": 200,
+            "gen_ai.usage.input_tokens": 1000,
+            "gen_ai.usage.output_tokens": 30,
+        }
+        assert codex_attributes["gen_ai.provider.name"] == "openai"
+        claude_attributes = dict(claude_span.attributes or {})
+        assert claude_attributes["gen_ai.usage.input_tokens"] == 11
+        assert claude_attributes["gen_ai.usage.output_tokens"] == 7
+        assert claude_attributes["gen_ai.usage.cache_read.input_tokens"] == 13
+        assert isinstance(claude_attributes["dsh.usage.cost_usd"], float)
+        assert claude_attributes["dsh.usage.cost_usd"] > 0
+        assert claude_attributes["gen_ai.provider.name"] == "anthropic"
+        for span in (codex_span, claude_span):
+            assert span.attributes["dsh.outcome"] == "completed"  # type: ignore[index]
+            assert children(spans, span) == ["dsh.start", "dsh.teardown", "dsh.turn"]
+        turns = by_name(spans)["dsh.turn"]
+        assert all([e.name for e in turn.events] == ["dsh.first_activity"] for turn in turns)
+
+        # A model-side failure: the span names the category, never the body.
+        spans.clear()
+        codex.queue(HttpStatus(500, {"error": {"message": BODY_CANARY}}))
+        failed = await built.tool("subagent_codex").call(
+            {"description": "otel", "prompt": f"fail {PROMPT_CANARY}"}, caller
+        )
+        assert failed.is_error is True
+        failed_span = ours(spans, "subagent_codex")
+        failed_attributes = dict(failed_span.attributes or {})
+        assert failed_attributes["dsh.outcome"] == "error"
+        category = failed_attributes["error.type"]
+        assert f"category: {category}" in failed.text  # the same fact the model got
+        assert failed_span.status.status_code is StatusCode.ERROR
     assert_no_canary(spans)
 
 
 @pytest.mark.timeout(180)
 async def test_a_background_job_continues_the_hosts_trace(
-    tmp_path: Path, spans: InMemorySpanExporter
+    loopback: Any, spans: InMemorySpanExporter
 ) -> None:
-    caller = Caller(session_id="otel-bg", cwd=str(tmp_path))
-    async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
-        claude.queue_text("background answer")
-        async with harness(tmp_path, codex.base_url, claude.base_url) as built:
-            with trace.get_tracer("host").start_as_current_span("host turn") as host:
-                started = await built.tool("subagent_claude_code").call(
-                    {"description": "bg", "prompt": PROMPT_CANARY, "run_in_background": True},
-                    caller,
-                )
-            assert started.value is not None
-            snapshot = await built.jobs.wait(started.value["job_id"], 120, caller)
-            assert snapshot.status_line == "[status: completed]"
+    caller = Caller(session_id="otel-bg", cwd=str(loopback.root))
+    loopback.claude.queue_text("background answer")
+    async with harness(loopback) as built:
+        with trace.get_tracer("host").start_as_current_span("host turn") as host:
+            started = await built.tool("subagent_claude_code").call(
+                {"description": "bg", "prompt": PROMPT_CANARY, "run_in_background": True},
+                caller,
+            )
+        assert started.value is not None
+        snapshot = await built.jobs.wait(started.value["job_id"], 120, caller)
+        assert snapshot.status_line == "[status: completed]"
     span = ours(spans, "subagent_claude_code")
     assert span.context is not None
     assert span.parent is not None
@@ -189,19 +172,19 @@ async def test_a_background_job_continues_the_hosts_trace(
 
 
 @pytest.mark.timeout(180)
-async def test_spans_export_over_otlp_http_to_a_loopback_collector(tmp_path: Path) -> None:
-    caller = Caller(session_id="otel-otlp", cwd=str(tmp_path))
+async def test_spans_export_over_otlp_http_to_a_loopback_collector(loopback: Any) -> None:
+    caller = Caller(session_id="otel-otlp", cwd=str(loopback.root))
     with OtlpReceiver() as receiver:
         exporter = OTLPSpanExporter(endpoint=receiver.endpoint, timeout=10)
         with capture().recording(), capture().processor(BatchSpanProcessor(exporter)):
-            async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
-                codex.usage = dict(SAMPLE_USAGE)
-                codex.queue_text("exported")
-                async with harness(tmp_path, codex.base_url, claude.base_url) as built:
-                    result = await built.tool("subagent_codex").call(
-                        {"description": "otlp", "prompt": PROMPT_CANARY}, caller
-                    )
-                    assert result.text == "exported"
+            codex = loopback.codex
+            codex.usage = dict(SAMPLE_USAGE)
+            codex.queue_text("exported")
+            async with harness(loopback) as built:
+                result = await built.tool("subagent_codex").call(
+                    {"description": "otlp", "prompt": PROMPT_CANARY}, caller
+                )
+                assert result.text == "exported"
         # Leaving the block flushed the batch processor: the collector has the spans.
         names = sorted(span.name for span in receiver.spans)
         assert receiver.paths
@@ -237,46 +220,24 @@ def _claude_tool_output(server: FakeMessagesServer) -> str:
 
 @pytest.mark.timeout(180)
 async def test_the_products_tools_see_the_start_spans_trace_context(
-    tmp_path: Path, spans: InMemorySpanExporter
+    loopback: Any, spans: InMemorySpanExporter
 ) -> None:
     """TRACEPARENT reaches each product's process and, through it, a tool command it runs."""
-    caller = Caller(session_id="otel-env", cwd=str(tmp_path))
+    caller = Caller(session_id="otel-env", cwd=str(loopback.root))
     command = "printenv TRACEPARENT || echo none"
-    async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
-        codex.queue_tool_call("exec_command", {"cmd": command, "login": False})
-        codex.queue_text("codex done")
-        claude.queue_tool_call("Bash", {"command": command, "description": "print it"})
-        claude.queue_text("claude done")
-        built = Harness.from_profile(
-            {
-                "provider": [
-                    {
-                        "kind": "codex",
-                        "config": {
-                            "permission_mode": "dangerously-bypass-approvals-and-sandbox",
-                            "env": codex_env(
-                                write_codex_home(tmp_path / "codex", codex.base_url, "mock")
-                            ),
-                        },
-                    },
-                    {
-                        "kind": "claude-code",
-                        "config": {
-                            "permission_mode": "bypassPermissions",
-                            "env": claude_env(tmp_path / "claude", claude.base_url)
-                            | {"IS_SANDBOX": "1"},  # bypassPermissions as root needs it
-                        },
-                    },
-                ]
-            }
-        )
-        async with built:
-            for tool in ("subagent_codex", "subagent_claude_code"):
-                result = await built.tool(tool).call(
-                    {"description": "env", "prompt": "print the trace context"}, caller
-                )
-                assert result.is_error is False, result.text
-        seen = {"codex": _codex_tool_output(codex), "claude": _claude_tool_output(claude)}
+    codex, claude = loopback.codex, loopback.claude
+    codex.queue_tool_call("exec_command", {"cmd": command, "login": False})
+    codex.queue_text("codex done")
+    claude.queue_tool_call("Bash", {"command": command, "description": "print it"})
+    claude.queue_text("claude done")
+    built = Harness.from_profile(loopback.profile({}, **loopback.unattended()))
+    async with built:
+        for tool in ("subagent_codex", "subagent_claude_code"):
+            result = await built.tool(tool).call(
+                {"description": "env", "prompt": "print the trace context"}, caller
+            )
+            assert result.is_error is False, result.text
+    seen = {"codex": _codex_tool_output(codex), "claude": _claude_tool_output(claude)}
     starts = {span.parent.span_id: span for span in by_name(spans)["dsh.start"] if span.parent}
     for product, tool in (("codex", "subagent_codex"), ("claude", "subagent_claude_code")):
         root = ours(spans, tool)
@@ -293,26 +254,26 @@ async def test_the_products_tools_see_the_start_spans_trace_context(
 
 @pytest.mark.timeout(180)
 async def test_a_cancelled_real_run_ends_its_span_after_the_tree_is_gone(
-    tmp_path: Path, spans: InMemorySpanExporter
+    loopback: Any, spans: InMemorySpanExporter
 ) -> None:
-    caller = Caller(session_id="otel-cancel", cwd=str(tmp_path))
-    async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
-        codex.queue(Stall(seconds=60))
-        async with harness(tmp_path, codex.base_url, claude.base_url) as built:
-            call = asyncio.create_task(
-                built.tool("subagent_codex").call(
-                    {"description": "cancel", "prompt": PROMPT_CANARY}, caller
-                )
+    caller = Caller(session_id="otel-cancel", cwd=str(loopback.root))
+    codex = loopback.codex
+    codex.queue(Stall(seconds=60))
+    async with harness(loopback) as built:
+        call = asyncio.create_task(
+            built.tool("subagent_codex").call(
+                {"description": "cancel", "prompt": PROMPT_CANARY}, caller
             )
-            for _ in range(600):  # until the model request is in flight (60 s at most)
-                if codex.requests:
-                    break
-                await asyncio.sleep(0.1)
-            assert codex.requests, "the run never reached the model"
-            call.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await call
-            codex.release_stalls()
+        )
+        for _ in range(600):  # until the model request is in flight (60 s at most)
+            if codex.requests:
+                break
+            await asyncio.sleep(0.1)
+        assert codex.requests, "the run never reached the model"
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        codex.release_stalls()
     span = ours(spans, "subagent_codex")
     attributes = dict(span.attributes or {})
     assert (attributes["dsh.outcome"], attributes["error.type"]) == ("cancelled", "cancelled")

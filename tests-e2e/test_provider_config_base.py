@@ -48,6 +48,20 @@ def test_the_grace_bound_is_the_spawn_layers(config: type[ProviderConfigBase]) -
     assert caught.value.errors()[0]["loc"] == ("dispose_grace_ms",)
 
 
+def _rejections(fields: dict[str, Any], message: str) -> list[str]:
+    """Each config rejects ``fields`` with one error on its field that says ``message``; the
+    errors' texts."""
+    seen = []
+    for config in CONFIGS:
+        with pytest.raises(pydantic.ValidationError) as caught:
+            config.model_validate(fields)
+        [error] = caught.value.errors()
+        assert error["loc"] == (next(iter(fields)),)
+        assert message in error["msg"]
+        seen.append(error["msg"])
+    return seen
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
@@ -65,14 +79,7 @@ def test_the_grace_bound_is_the_spawn_layers(config: type[ProviderConfigBase]) -
     ],
 )
 def test_the_shared_checks_say_the_same_in_both(fields: dict[str, Any], message: str) -> None:
-    seen = []
-    for config in CONFIGS:
-        with pytest.raises(pydantic.ValidationError) as caught:
-            config.model_validate(fields)
-        [error] = caught.value.errors()
-        assert error["loc"] == (next(iter(fields)),)
-        assert message in error["msg"]
-        seen.append(error["msg"])
+    seen = _rejections(fields, message)
     assert seen[0] == seen[1]
 
 
@@ -88,12 +95,7 @@ def test_the_shared_checks_say_the_same_in_both(fields: dict[str, Any], message:
 def test_the_name_and_model_checks_say_the_same_in_both(
     fields: dict[str, Any], message: str
 ) -> None:
-    for config in CONFIGS:
-        with pytest.raises(pydantic.ValidationError) as caught:
-            config.model_validate(fields)
-        [error] = caught.value.errors()
-        assert error["loc"] == (next(iter(fields)),)
-        assert message in error["msg"]
+    _rejections(fields, message)
 
 
 PROVIDERS: list[type[ProviderBase[Any]]] = [CodexProvider, ClaudeCodeProvider]

@@ -13,7 +13,6 @@ import json
 import os
 import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +20,7 @@ import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 
-from dsh.subagent_claude_code.testing import FakeMessagesServer
-from dsh.subagent_claude_code.testing import hermetic_env as claude_env
-from dsh.subagent_codex.testing import FakeResponsesServer, hermetic_env, write_codex_home
-from dsh.tool_subagent import Caller, Harness, ToolResult
+from dsh.tool_subagent import Caller, ToolResult
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(180)]
 
@@ -43,66 +39,42 @@ SECRET = "typed-secret-answer-8c1d"
 DSH = Path(sys.executable).with_name("dsh")
 
 
-@dataclass
-class Stack:
-    harness: Harness
-    codex: FakeResponsesServer
-    claude: FakeMessagesServer
-    caller: Caller
-    workspace: Path
-
-    async def delegate(self, product: str, prompt: str) -> ToolResult:
-        arguments = {"description": "typed task", "prompt": prompt}
-        result: ToolResult = await self.harness.tool(TOOLS[product]).call(arguments, self.caller)
-        return result
-
-    def answer(self, product: str, value: Any) -> None:
-        if product == CODEX:
-            self.codex.queue_text(json.dumps(value), phase="final_answer")
-        else:
-            self.claude.queue_tool_call("StructuredOutput", value)
+async def _delegate(stack: Any, product: str, prompt: str) -> ToolResult:
+    result: ToolResult = await stack.call(TOOLS[product], description="typed task", prompt=prompt)
+    return result
 
 
-def profile_data(tmp_path: Path, codex: FakeResponsesServer, claude: FakeMessagesServer) -> Any:
-    home = write_codex_home(tmp_path / "codex-home", codex.base_url, "typed-model")
-    common = {"stderr": "discard", "dispose_grace_ms": 2000}
+def _answer(stack: Any, product: str, value: Any) -> None:
+    if product == CODEX:
+        stack.codex.queue_text(json.dumps(value), phase="final_answer")
+    else:
+        stack.claude.queue_tool_call("StructuredOutput", value)
+
+
+def profile_data(loopback: Any) -> Any:
     # Both products may run a command without asking (the tool-first case runs one).
-    claude_config = {
-        "env": {**claude_env(tmp_path / "claude", claude.base_url), "IS_SANDBOX": "1"},
-        "permission_mode": "bypassPermissions",
-    }
-    codex_config = {
-        "env": hermetic_env(home),
-        "permission_mode": "dangerously-bypass-approvals-and-sandbox",
-    }
-    return {
-        "provider": [
-            {"kind": CODEX, "config": {**codex_config, **common}},
-            {"kind": CLAUDE, "config": {**claude_config, **common}},
-        ],
-        "tool": [
+    return loopback.profile(
+        **loopback.unattended(),
+        tool=[
             {"provider": kind, "tool_name": name, "output_schema": SCHEMA}
             for kind, name in TOOLS.items()
         ],
-    }
+    )
 
 
 @pytest.fixture
-async def stack(tmp_path: Path) -> AsyncIterator[Stack]:
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
-        data = profile_data(tmp_path, codex, claude)
-        async with Harness.from_profile(data) as harness:
-            yield Stack(harness, codex, claude, Caller("typed-session", str(workspace)), workspace)
+async def stack(loopback: Any) -> AsyncIterator[Any]:
+    caller = Caller("typed-session", str(loopback.workspace))
+    async with loopback.session(profile_data(loopback), caller) as session:
+        yield session
 
 
 @pytest.mark.parametrize("product", [CODEX, CLAUDE])
 async def test_a_matching_answer_is_the_value_and_its_compact_json(
-    stack: Stack, product: str
+    stack: Any, product: str
 ) -> None:
-    stack.answer(product, VALUE)
-    result = await stack.delegate(product, "List the failing tests.")
+    _answer(stack, product, VALUE)
+    result = await _delegate(stack, product, "List the failing tests.")
     assert (result.text, result.is_error) == (COMPACT, False)
     assert result.value == {
         "stop_reason": "completed",
@@ -125,20 +97,18 @@ async def test_a_matching_answer_is_the_value_and_its_compact_json(
 
 
 @pytest.mark.parametrize("product", [CODEX, CLAUDE])
-async def test_an_answer_that_does_not_match_is_the_safe_failure(
-    stack: Stack, product: str
-) -> None:
+async def test_an_answer_that_does_not_match_is_the_safe_failure(stack: Any, product: str) -> None:
     bad = {"failing": [SECRET, 7]}
     if product == CODEX:
-        stack.answer(CODEX, bad)
+        _answer(stack, CODEX, bad)
         stage, suffix = "output", ""
     else:
         # The CLI checks each StructuredOutput call itself and asks again; after its retries
         # (5 calls) it ends with error_max_structured_output_retries and exits 1.
         for _ in range(5):
-            stack.answer(CLAUDE, bad)
+            _answer(stack, CLAUDE, bad)
         stage, suffix = "query-run", "; exit code: 1"
-    result = await stack.delegate(product, "List the failing tests.")
+    result = await _delegate(stack, product, "List the failing tests.")
     line = (
         f"Product subagent failure (product: {PRODUCTS[product]}; stage: {stage};"
         f" category: structured-output{suffix})"
@@ -151,7 +121,7 @@ async def test_an_answer_that_does_not_match_is_the_safe_failure(
 
 
 @pytest.mark.parametrize("product", [CODEX, CLAUDE])
-async def test_a_tool_runs_first_then_the_value_comes_back(stack: Stack, product: str) -> None:
+async def test_a_tool_runs_first_then_the_value_comes_back(stack: Any, product: str) -> None:
     marker = stack.workspace / f"ran-{product}.txt"
     command = f"echo ran > {marker.name}"
     if product == CODEX:
@@ -160,8 +130,8 @@ async def test_a_tool_runs_first_then_the_value_comes_back(stack: Stack, product
         )
     else:
         stack.claude.queue_tool_call("Bash", {"command": command, "description": "mark"})
-    stack.answer(product, VALUE)
-    result = await stack.delegate(product, "Run the command, then list the failing tests.")
+    _answer(stack, product, VALUE)
+    result = await _delegate(stack, product, "Run the command, then list the failing tests.")
     assert (result.text, result.is_error) == (COMPACT, False)
     assert result.value is not None
     assert result.value["structured_output"] == VALUE
@@ -172,63 +142,42 @@ async def test_a_tool_runs_first_then_the_value_comes_back(stack: Stack, product
     assert bodies[0]["tools"]
 
 
-def _toml(data: Any) -> str:
-    """The profile as TOML: JSON values are TOML inline values for these shapes."""
-    lines: list[str] = []
-    for table in ("provider", "tool"):
-        for row in data[table]:
-            lines.append(f"[[{table}]]")
-            for key, value in row.items():
-                lines.append(f"{key} = {_inline(value)}")
-    return "\n".join(lines) + "\n"
-
-
-def _inline(value: Any) -> str:
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{json.dumps(k)} = {_inline(v)}" for k, v in value.items()) + " }"
-    if isinstance(value, list):
-        return "[" + ", ".join(_inline(item) for item in value) + "]"
-    return json.dumps(value)
-
-
 async def test_dsh_mcp_declares_the_schema_and_returns_structured_content(
-    tmp_path: Path,
+    loopback: Any,
 ) -> None:
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
-        data = profile_data(tmp_path, codex, claude)
-        for row in data["tool"]:
-            row["enable_run_in_background"] = False  # a start would answer with a job id
-        (tmp_path / "failing.json").write_text(json.dumps(SCHEMA))
-        data["tool"][1]["output_schema"] = "failing.json"  # a file beside the profile
-        profile = tmp_path / "profile.toml"
-        profile.write_text(_toml(data), encoding="utf-8")
-        state = os.environ.get("XDG_STATE_HOME")
-        params = StdioServerParameters(
-            command=str(DSH),
-            args=["mcp", "--profile", str(profile), "--cwd", str(workspace)],
-            cwd=str(workspace),
-            env={"XDG_STATE_HOME": state} if state else None,
-        )
-        codex.queue_text(json.dumps(VALUE), phase="final_answer")
-        claude.queue_tool_call("StructuredOutput", VALUE)
-        with (tmp_path / "dsh-mcp.stderr").open("w") as errlog:
-            async with (
-                stdio_client(params, errlog=errlog) as (read, write),
-                ClientSession(read, write) as session,
-            ):
-                with anyio.fail_after(60):
-                    await session.initialize()
-                listed = {tool.name: tool for tool in (await session.list_tools()).tools}
-                for product, name in TOOLS.items():
-                    assert listed[name].output_schema == SCHEMA
-                    # The client checks structuredContent against outputSchema itself.
-                    result = await session.call_tool(
-                        name, {"description": "d", "prompt": "list"}, read_timeout_seconds=120
-                    )
-                    assert not result.is_error, product
-                    assert result.structured_content == VALUE
-                    (block,) = result.content
-                    assert isinstance(block, types.TextContent)
-                    assert block.text == COMPACT
+    tmp_path, workspace = loopback.root, loopback.workspace
+    codex, claude = loopback.codex, loopback.claude
+    data = profile_data(loopback)
+    for row in data["tool"]:
+        row["enable_run_in_background"] = False  # a start would answer with a job id
+    (tmp_path / "failing.json").write_text(json.dumps(SCHEMA))
+    data["tool"][1]["output_schema"] = "failing.json"  # a file beside the profile
+    profile = loopback.write(data)
+    state = os.environ.get("XDG_STATE_HOME")
+    params = StdioServerParameters(
+        command=str(DSH),
+        args=["mcp", "--profile", str(profile), "--cwd", str(workspace)],
+        cwd=str(workspace),
+        env={"XDG_STATE_HOME": state} if state else None,
+    )
+    codex.queue_text(json.dumps(VALUE), phase="final_answer")
+    claude.queue_tool_call("StructuredOutput", VALUE)
+    with (tmp_path / "dsh-mcp.stderr").open("w") as errlog:
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            with anyio.fail_after(60):
+                await session.initialize()
+            listed = {tool.name: tool for tool in (await session.list_tools()).tools}
+            for product, name in TOOLS.items():
+                assert listed[name].output_schema == SCHEMA
+                # The client checks structuredContent against outputSchema itself.
+                result = await session.call_tool(
+                    name, {"description": "d", "prompt": "list"}, read_timeout_seconds=120
+                )
+                assert not result.is_error, product
+                assert result.structured_content == VALUE
+                (block,) = result.content
+                assert isinstance(block, types.TextContent)
+                assert block.text == COMPACT

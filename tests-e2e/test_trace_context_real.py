@@ -21,13 +21,11 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from otel_capture import OtlpReceiver, capture
 
-from dsh.subagent_claude_code.testing import FakeMessagesServer
-from dsh.subagent_claude_code.testing import hermetic_env as claude_env
-from dsh.subagent_codex.testing import FakeResponsesServer, write_codex_home
 from dsh.subagent_codex.testing import hermetic_env as codex_env
+from dsh.subagent_codex.testing import write_codex_home
 from dsh.tool_subagent import Caller, Harness
 
-pytestmark = pytest.mark.real_product
+pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
 
 HEADER_CANARY = "trace-header-canary-3f0"
 COMMAND = "printenv OTEL_EXPORTER_OTLP_HEADERS || echo no-headers"
@@ -40,8 +38,10 @@ def exported() -> Iterator[tuple[InMemorySpanExporter, OtlpReceiver]]:
         yield host, sink
 
 
-async def delegate(kind: str, config: dict[str, Any], caller: Caller) -> None:
-    """One run of ``kind`` whose tool commands may see ``OTEL_EXPORTER_OTLP_HEADERS``."""
+async def delegate(kind: str, config: dict[str, Any], cwd: Path) -> None:
+    """One run of ``kind`` (from a parent at ``cwd``) whose tool commands may see
+    ``OTEL_EXPORTER_OTLP_HEADERS``."""
+    caller = Caller(session_id=f"trace-{kind}", cwd=str(cwd))
     profile = {"kind": kind, "config": config | {"tool_env": ["OTEL_EXPORTER_OTLP_HEADERS"]}}
     async with Harness.from_profile({"provider": [profile]}) as built:
         (tool,) = built.delegation_tools
@@ -60,26 +60,24 @@ def start_ids(exporter: InMemorySpanExporter) -> tuple[str, str, int]:
     return f"{context.trace_id:032x}", f"{context.span_id:016x}", int(context.trace_flags)
 
 
-@pytest.mark.timeout(120)
 async def test_codex_spans_continue_the_start_span_and_its_tools_see_passed_headers(
-    tmp_path: Path, exported: tuple[InMemorySpanExporter, OtlpReceiver]
+    tmp_path: Path, exported: tuple[InMemorySpanExporter, OtlpReceiver], loopback: Any
 ) -> None:
     spans, sink = exported
-    caller = Caller(session_id="trace-codex", cwd=str(tmp_path))
-    async with FakeResponsesServer() as codex:
-        codex.queue_tool_call("exec_command", {"cmd": COMMAND, "login": False})
-        codex.queue_text("codex done")
-        home = write_codex_home(tmp_path / "codex", codex.base_url, "mock")
-        with (home / "config.toml").open("a", encoding="utf-8") as config:
-            config.write(
-                "\n[otel]\n"
-                f'trace_exporter = {{ otlp-http = {{ endpoint = "{sink.endpoint}", '
-                'protocol = "binary" } }\n'
-            )
-        env = codex_env(home) | {"OTEL_EXPORTER_OTLP_HEADERS": f"x-canary={HEADER_CANARY}"}
-        mode = "dangerously-bypass-approvals-and-sandbox"
-        await delegate("codex", {"permission_mode": mode, "env": env}, caller)
-        requests = list(codex.requests)
+    codex = loopback.codex
+    codex.queue_tool_call("exec_command", {"cmd": COMMAND, "login": False})
+    codex.queue_text("codex done")
+    home = write_codex_home(tmp_path / "codex", codex.base_url, "mock")
+    with (home / "config.toml").open("a", encoding="utf-8") as config:
+        config.write(
+            "\n[otel]\n"
+            f'trace_exporter = {{ otlp-http = {{ endpoint = "{sink.endpoint}", '
+            'protocol = "binary" } }\n'
+        )
+    env = codex_env(home) | {"OTEL_EXPORTER_OTLP_HEADERS": f"x-canary={HEADER_CANARY}"}
+    mode = "dangerously-bypass-approvals-and-sandbox"
+    await delegate("codex", {"permission_mode": mode, "env": env}, tmp_path)
+    requests = list(codex.requests)
     trace_id, start_id, flags = start_ids(spans)
     # The SDK gives dsh's root span the flags 03, which Codex 0.163.0 rejects as invalid; dsh
     # hands the products the sampled bit only (01), so Codex continues the trace.
@@ -97,29 +95,27 @@ async def test_codex_spans_continue_the_start_span_and_its_tools_see_passed_head
     assert f"x-canary={HEADER_CANARY}" in output
 
 
-@pytest.mark.timeout(120)
 async def test_claude_code_spans_continue_the_start_span_and_its_tools_lose_headers(
-    tmp_path: Path, exported: tuple[InMemorySpanExporter, OtlpReceiver]
+    tmp_path: Path, exported: tuple[InMemorySpanExporter, OtlpReceiver], loopback: Any
 ) -> None:
     spans, sink = exported
-    caller = Caller(session_id="trace-claude", cwd=str(tmp_path))
-    async with FakeMessagesServer() as claude:
-        claude.queue_tool_call("Bash", {"command": COMMAND, "description": "print it"})
-        claude.queue_text("claude done")
-        telemetry = {
-            "CLAUDE_CODE_ENABLE_TELEMETRY": "1",
-            "CLAUDE_CODE_ENHANCED_TELEMETRY_BETA": "1",
-            "OTEL_TRACES_EXPORTER": "otlp",
-            "OTEL_METRICS_EXPORTER": "none",
-            "OTEL_LOGS_EXPORTER": "none",
-            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": sink.endpoint,
-            "OTEL_EXPORTER_OTLP_HEADERS": f"x-canary={HEADER_CANARY}",
-        }
-        env = claude_env(tmp_path / "claude", claude.base_url) | telemetry
-        env["IS_SANDBOX"] = "1"  # bypassPermissions as root needs it
-        await delegate("claude-code", {"permission_mode": "bypassPermissions", "env": env}, caller)
-        requests = list(claude.requests)
+    claude = loopback.claude
+    claude.queue_tool_call("Bash", {"command": COMMAND, "description": "print it"})
+    claude.queue_text("claude done")
+    telemetry = {
+        "CLAUDE_CODE_ENABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_ENHANCED_TELEMETRY_BETA": "1",
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": sink.endpoint,
+        "OTEL_EXPORTER_OTLP_HEADERS": f"x-canary={HEADER_CANARY}",
+    }
+    unattended = loopback.unattended()["claude"]
+    config = unattended | {"env": unattended["env"] | telemetry}
+    await delegate("claude-code", config, tmp_path)
+    requests = list(claude.requests)
     trace_id, start_id, flags = start_ids(spans)
     assert flags == 0x03
     (interaction,) = sink.named("claude_code.interaction")  # Claude Code takes 03 and 01

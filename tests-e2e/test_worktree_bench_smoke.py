@@ -9,44 +9,22 @@ products, are left out: the e2e tests in test_worktree_real.py drive them.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dsh.subprocess import Collect, SpawnSpec, default_runtime
-
-SCRIPT = Path(__file__).resolve().parent / "benchmarks" / "worktree.py"
 CASES = ("head_unchanged", "head_one_edit", "working_tree_one_change")
 FIGURES = ("make_ms", "finish_ms", "total_ms", "host_cpu_ms", "children_cpu_ms", "cpu_ms")
 
 
-async def _run_script(out: Path) -> dict[str, Any]:
-    spec = SpawnSpec(
-        argv=[sys.executable, str(SCRIPT), "--quick", "--no-products", "--json", str(out)],
-        stdout=Collect(1 << 16),
-        stderr=Collect(1 << 16),
-    )
-    proc = await default_runtime().spawn(spec)
-    try:
-        async with asyncio.timeout(100):
-            outcome = await proc.wait()
-    finally:
-        await proc.aclose()
-    assert outcome.exit_code == 0, (
-        proc.collected("stdout").text[-2000:] + proc.collected("stderr").text[-2000:]
-    )
-    text = await asyncio.to_thread(out.read_text, encoding="utf-8")
-    report: dict[str, Any] = json.loads(text)
-    return report
-
-
 @pytest.mark.timeout(120)
-async def test_quick_worktree_benchmark_writes_a_complete_report(tmp_path: Path) -> None:
-    report = await _run_script(tmp_path / "worktree.json")
+async def test_quick_worktree_benchmark_writes_a_complete_report(
+    tmp_path: Path, benchmark_report: Any
+) -> None:
+    report = await benchmark_report(
+        "worktree.py", "--quick", "--no-products", out=tmp_path / "worktree.json", timeout_s=100
+    )
     assert "delegations" not in report
     repository = report["repository"]
     assert repository["files"] == 302  # 300 generated, a README and a .gitignore

@@ -75,6 +75,7 @@ from dsh.subagent_codex.testing import (
     write_codex_home,
 )
 from dsh.subagent_codex.testing import hermetic_env as codex_env
+from dsh.subprocess.testing import processes_naming
 
 DSH = Path(sys.executable).with_name("dsh")
 SIDES = ("memory", "sqlite")
@@ -474,22 +475,7 @@ def _alive(pid: int) -> bool:
 
 def _processes_naming(root: Path) -> list[int]:
     """Live processes whose command line, working directory or environment names ``root``."""
-    needle = str(root)
-    found = []
-    for pid_dir in Path("/proc").iterdir():
-        if not pid_dir.name.isdigit() or int(pid_dir.name) == os.getpid():
-            continue
-        try:
-            texts = [
-                (pid_dir / "cmdline").read_bytes().decode(errors="replace"),
-                (pid_dir / "environ").read_bytes().decode(errors="replace"),
-                str((pid_dir / "cwd").readlink()),
-            ]
-        except OSError:
-            continue
-        if any(needle in text for text in texts) and _alive(int(pid_dir.name)):
-            found.append(int(pid_dir.name))
-    return found
+    return processes_naming(str(root))
 
 
 async def _gone(pids: list[int], timeout_s: float) -> list[int]:

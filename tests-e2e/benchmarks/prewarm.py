@@ -32,7 +32,16 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from run import ANSWER, OUR_TREES, Bench, ClaudeBench, CodexBench, ModelServers, _request
+from run import (
+    ANSWER,
+    OUR_TREES,
+    Bench,
+    ClaudeBench,
+    CodexBench,
+    ModelServers,
+    _request,
+    answered_then_closed,
+)
 
 from dsh.subagent import StopReason
 from dsh.subagent_claude_code import ClaudeCodeProvider, ClaudeCodeProviderConfig
@@ -61,11 +70,7 @@ async def _dsh_once(
     process = run.process
     if process is not None:
         OUR_TREES.add(process.tree_id)
-    try:
-        result = await run.result()
-        answered = time.perf_counter()
-    finally:
-        await run.aclose()
+    result, answered = await answered_then_closed(run.result(), run.aclose)
     total = time.perf_counter() - began
     if result.stop_reason is not StopReason.COMPLETED or result.text.strip() != ANSWER:
         raise RuntimeError(f"dsh warm run ended {result.stop_reason}: {result.diagnostic}")

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from dsh.subagent_claude_code import ClaudeCodeProvider, ClaudeCodeProviderConfig
 from dsh.subagent_claude_code._env import make_run_dir
@@ -53,22 +53,31 @@ class Setup:
     make_native: Callable[[], str] | None
 
 
+C = TypeVar("C", CodexProviderConfig, ClaudeCodeProviderConfig)
+
+
 def _without_homes(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in PRIVATE_NAMES}
+
+
+def _native_and_private(config: type[C], native_env: dict[str, str], template: Path) -> tuple[C, C]:
+    """The benchmark's config of a native run (its own homes in ``native_env``) and of a private
+    run (a fresh home from ``template`` per run)."""
+    private = {
+        "env": _without_homes(native_env),
+        "isolation": "private",
+        "home_template": str(template),
+    }
+    return (
+        config.model_validate({**BASE, "env": native_env}),
+        config.model_validate({**BASE, **private}),
+    )
 
 
 def codex_setup(server: FakeResponsesServer, tmp: Path, ws: Path) -> Setup:
     template = write_codex_home(tmp / "codex-template", server.base_url, "mock-model")
     native_env = hermetic_env(write_codex_home(tmp / "codex-native", server.base_url, "mock-model"))
-    native = CodexProviderConfig.model_validate({**BASE, "env": native_env})
-    private = CodexProviderConfig.model_validate(
-        {
-            **BASE,
-            "env": _without_homes(native_env),
-            "isolation": "private",
-            "home_template": str(template),
-        }
-    )
+    native, private = _native_and_private(CodexProviderConfig, native_env, template)
 
     def queue() -> None:
         server.queue_text("OK", phase="final_answer")
@@ -88,15 +97,7 @@ def claude_setup(server: FakeMessagesServer, tmp: Path, ws: Path) -> Setup:
     template = tmp / "claude-template"
     template.mkdir()
     (template / "settings.json").write_text("{}")
-    native = ClaudeCodeProviderConfig.model_validate({**BASE, "env": native_env})
-    private = ClaudeCodeProviderConfig.model_validate(
-        {
-            **BASE,
-            "env": _without_homes(native_env),
-            "isolation": "private",
-            "home_template": str(template),
-        }
-    )
+    native, private = _native_and_private(ClaudeCodeProviderConfig, native_env, template)
 
     def queue() -> None:
         server.queue_text("OK")

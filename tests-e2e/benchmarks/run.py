@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import psutil
 from bench_report import (
@@ -131,6 +131,20 @@ def _alive(pid: int) -> bool:
 
 OUR_TREES: set[str] = set()
 """Every tree id this benchmark created (the machine may run other dsh processes meanwhile)."""
+
+
+T = TypeVar("T")
+
+
+async def answered_then_closed(
+    answer: Awaitable[T], close: Callable[[], Awaitable[None]]
+) -> tuple[T, float]:
+    """What ``answer`` returned and when (``time.perf_counter()``); ``close`` runs either way."""
+    try:
+        value = await answer
+        return value, time.perf_counter()
+    finally:
+        await close()
 
 
 def _marker_of(pid: int) -> str | None:
@@ -403,11 +417,7 @@ class Bench:
             )
             proc = await default_runtime().spawn(spec)
             OUR_TREES.add(proc.tree_id)
-            try:
-                outcome = await proc.wait()
-                answered = time.perf_counter()
-            finally:
-                await proc.aclose()
+            outcome, answered = await answered_then_closed(proc.wait(), proc.aclose)
             text = proc.collected("stdout").text
             if outcome.exit_code != 0:
                 raise RuntimeError(f"raw CLI exited {outcome}")

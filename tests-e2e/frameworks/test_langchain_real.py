@@ -22,7 +22,6 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
 
-from dsh.jobs import JobStatus
 from dsh.tool_subagent.langchain import AgentSession, langchain_tools
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(240)]
@@ -91,6 +90,12 @@ def bg(description: str, prompt: str) -> dict[str, Any]:
     return {"description": description, "prompt": prompt, "run_in_background": True}
 
 
+def to_both(codex: dict[str, Any], claude: dict[str, Any]) -> AIMessage:
+    """The model's calls of both products' delegation tools: ``c`` to Codex, ``k`` to Claude
+    Code."""
+    return calls(("subagent_codex", "c", codex), ("subagent_claude_code", "k", claude))
+
+
 async def run_agent(session: AgentSession, steps: Sequence[Step]) -> tuple[str, ScriptedChatModel]:
     model = ScriptedChatModel(steps=steps)
     agent = create_agent(model, langchain_tools(session), system_prompt=session.instructions)
@@ -100,10 +105,7 @@ async def run_agent(session: AgentSession, steps: Sequence[Step]) -> tuple[str, 
 
 async def test_the_tools_are_dsh_mcps_tools_and_run_both_products(products: Any) -> None:
     harness = products.harness
-    products.codex.queue_text("codex foreground answer", match="FG codex")
-    products.claude.queue_text("claude foreground answer", match="FG claude")
-    products.codex.queue_text("codex background answer", match="BG codex")
-    products.claude.queue_text("claude background answer", match="BG claude")
+    products.queue_answers()
     jobs: dict[str, str] = {}
     session = AgentSession(harness, cwd=products.workspace)
 
@@ -133,15 +135,7 @@ async def test_the_tools_are_dsh_mcps_tools_and_run_both_products(products: Any)
         return calls(("job_list", "list", {}))
 
     async def collect(messages: list[BaseMessage]) -> AIMessage:
-        listing, _, notices = texts(messages)["list"].partition("\n\n")
-        assert sorted(listing.splitlines()) == sorted(
-            f"{jobs[f'bg-{p}']} [subagent] completed — bg {p}" for p in ("codex", "claude")
-        )
-        assert sorted(notices.splitlines()) == sorted(
-            f"background job {jobs[f'bg-{p}']} (subagent: bg {p}) finished [status: completed]."
-            " Read its output with job_output."
-            for p in ("codex", "claude")
-        )
+        products.assert_listed(texts(messages)["list"], jobs)
         return calls(*(("job_output", p, {"job_id": jobs[f"bg-{p}"]}) for p in ("codex", "claude")))
 
     async def finish(messages: list[BaseMessage]) -> AIMessage:
@@ -166,22 +160,14 @@ async def test_cancelling_the_run_mid_tool_returns_after_both_trees_exited(produ
     products.hold_both_mid_turn()
 
     async def hold(messages: list[BaseMessage]) -> AIMessage:
-        return calls(
-            ("subagent_codex", "c", fg("hold codex", "HOLD codex")),
-            ("subagent_claude_code", "k", fg("hold claude", "HOLD claude")),
-        )
+        return to_both(fg("hold codex", "HOLD codex"), fg("hold claude", "HOLD claude"))
 
     async def run_as_one_owner() -> None:
         async with AgentSession(products.harness) as session:
             await run_agent(session, [hold])
 
     run = asyncio.create_task(run_as_one_owner())
-    await products.both_mid_turn()
-    assert len(products.trees()) >= 3  # two product trees, Codex's with its `sleep 30`
-    run.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await run
-    assert products.trees() == []  # no settling: the walk runs the moment the cancel returned
+    await products.cancel_mid_turn(run)
 
 
 async def test_a_job_still_running_when_the_owner_closes_is_killed_with_its_tree(
@@ -204,23 +190,15 @@ async def test_a_job_still_running_when_the_owner_closes_is_killed_with_its_tree
     async with AgentSession(products.harness) as session:
         answer, _ = await run_agent(session, [start, leave])
         assert answer == "leaving the job behind"
-        (job,) = products.harness.jobs.list(session.caller)
-        assert job.id == started[0]
-        assert not job.terminal
-    assert products.trees() == []
-    # The owner's close killed its job; the record stays readable.
-    (job,) = products.harness.jobs.list(session.caller)
-    assert (job.id, job.status) == (started[0], JobStatus.KILLED)
+        products.assert_running(session.caller, started[0])
+    products.assert_killed_with_its_owner(session.caller, started[0])
 
 
 async def test_a_product_failure_reaches_the_model_as_the_safe_text_only(products: Any) -> None:
     products.fail_both()
 
     async def delegate(messages: list[BaseMessage]) -> AIMessage:
-        return calls(
-            ("subagent_codex", "c", fg("fail", "FAIL codex")),
-            ("subagent_claude_code", "k", fg("fail", "FAIL claude")),
-        )
+        return to_both(fg("fail", "FAIL codex"), fg("fail", "FAIL claude"))
 
     async def check(messages: list[BaseMessage]) -> AIMessage:
         seen = results(messages)

@@ -19,7 +19,6 @@ from agents import Agent, FunctionTool, RunConfig, Runner
 from agents.items import TResponseOutputItem
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
-from dsh.jobs import JobStatus
 from dsh.tool_subagent.openai_agents import AgentSession, function_tools
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(240)]
@@ -66,10 +65,7 @@ async def test_the_function_tools_are_dsh_mcps_tools_and_run_both_products(
     products: Any,
 ) -> None:
     harness = products.harness
-    products.codex.queue_text("codex foreground answer", match="FG codex")
-    products.claude.queue_text("claude foreground answer", match="FG claude")
-    products.codex.queue_text("codex background answer", match="BG codex")
-    products.claude.queue_text("claude background answer", match="BG claude")
+    products.queue_answers()
     jobs: dict[str, str] = {}
     session = AgentSession(harness, cwd=products.workspace)
 
@@ -90,16 +86,9 @@ async def test_the_function_tools_are_dsh_mcps_tools_and_run_both_products(
             "codex foreground answer",
             "claude foreground answer",
         )
-        bg = {"run_in_background": True}
         return [
-            call("subagent_codex", "bg-codex", description="bg codex", prompt="BG codex", **bg),
-            call(
-                "subagent_claude_code",
-                "bg-claude",
-                description="bg claude",
-                prompt="BG claude",
-                **bg,
-            ),
+            call(tool, call_id, **arguments, run_in_background=True)
+            for tool, call_id, arguments in products.background_calls
         ]
 
     async def list_once_done(model_call: ModelCall) -> Sequence[TResponseOutputItem]:
@@ -111,15 +100,7 @@ async def test_the_function_tools_are_dsh_mcps_tools_and_run_both_products(
         return [call("job_list", "list")]
 
     async def collect(model_call: ModelCall) -> Sequence[TResponseOutputItem]:
-        listing, _, notices = outputs(model_call)["list"].partition("\n\n")
-        assert sorted(listing.splitlines()) == sorted(
-            f"{jobs[f'bg-{p}']} [subagent] completed — bg {p}" for p in ("codex", "claude")
-        )
-        assert sorted(notices.splitlines()) == sorted(
-            f"background job {jobs[f'bg-{p}']} (subagent: bg {p}) finished [status: completed]."
-            " Read its output with job_output."
-            for p in ("codex", "claude")
-        )
+        products.assert_listed(outputs(model_call)["list"], jobs)
         return [call("job_output", p, job_id=jobs[f"bg-{p}"]) for p in ("codex", "claude")]
 
     async def finish(model_call: ModelCall) -> Sequence[TResponseOutputItem]:
@@ -155,12 +136,7 @@ async def test_cancelling_the_run_mid_tool_returns_after_both_trees_exited(produ
             await Runner.run(agent_for(session, [hold]), "hold", run_config=QUIET)
 
     run = asyncio.create_task(run_as_one_owner())
-    await products.both_mid_turn()
-    assert len(products.trees()) >= 3  # two product trees, Codex's with its `sleep 30`
-    run.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await run
-    assert products.trees() == []  # no settling: the walk runs the moment the cancel returned
+    await products.cancel_mid_turn(run)
 
 
 async def test_the_sdks_own_cancel_then_settle_returns_after_both_trees_exited(
@@ -213,13 +189,8 @@ async def test_a_job_still_running_when_the_owner_closes_is_killed_with_its_tree
     async with AgentSession(products.harness) as session:
         result = await Runner.run(agent_for(session, [start, leave]), "go", run_config=QUIET)
         assert result.final_output == "leaving the job behind"
-        (job,) = products.harness.jobs.list(session.caller)
-        assert job.id == started[0]
-        assert not job.terminal
-    assert products.trees() == []
-    # The owner's close killed its job; the record stays readable.
-    (job,) = products.harness.jobs.list(session.caller)
-    assert (job.id, job.status) == (started[0], JobStatus.KILLED)
+        products.assert_running(session.caller, started[0])
+    products.assert_killed_with_its_owner(session.caller, started[0])
 
 
 async def test_a_product_failure_reaches_the_model_as_the_safe_text_only(products: Any) -> None:

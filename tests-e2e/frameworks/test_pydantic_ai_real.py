@@ -73,10 +73,7 @@ async def test_the_toolset_lists_each_tool_as_dsh_mcp_does_and_runs_both_product
 ) -> None:
     harness = products.harness
     toolset = DshToolset(harness, cwd=products.workspace)
-    products.codex.queue_text("codex foreground answer", match="FG codex")
-    products.claude.queue_text("claude foreground answer", match="FG claude")
-    products.codex.queue_text("codex background answer", match="BG codex")
-    products.claude.queue_text("claude background answer", match="BG claude")
+    products.queue_answers()
     jobs: dict[str, str] = {}
 
     async def delegate_in_foreground(request: ModelRequest, info: AgentInfo) -> ModelResponse:
@@ -98,17 +95,10 @@ async def test_the_toolset_lists_each_tool_as_dsh_mcp_does_and_runs_both_product
             "fg-codex": "codex foreground answer",
             "fg-claude": "claude foreground answer",
         }
-        bg = {"run_in_background": True}
         return ModelResponse(
             parts=[
-                call("subagent_codex", "bg-codex", description="bg codex", prompt="BG codex", **bg),
-                call(
-                    "subagent_claude_code",
-                    "bg-claude",
-                    description="bg claude",
-                    prompt="BG claude",
-                    **bg,
-                ),
+                call(tool, call_id, **arguments, run_in_background=True)
+                for tool, call_id, arguments in products.background_calls
             ]
         )
 
@@ -122,15 +112,7 @@ async def test_the_toolset_lists_each_tool_as_dsh_mcp_does_and_runs_both_product
         return ModelResponse(parts=[call("job_list", "list")])
 
     async def collect(request: ModelRequest, info: AgentInfo) -> ModelResponse:
-        listing, _, notices = texts(request)["list"].partition("\n\n")
-        assert sorted(listing.splitlines()) == sorted(
-            f"{jobs[f'bg-{p}']} [subagent] completed — bg {p}" for p in ("codex", "claude")
-        )
-        assert sorted(notices.splitlines()) == sorted(
-            f"background job {jobs[f'bg-{p}']} (subagent: bg {p}) finished [status: completed]."
-            " Read its output with job_output."
-            for p in ("codex", "claude")
-        )
+        products.assert_listed(texts(request)["list"], jobs)
         return ModelResponse(
             parts=[call("job_output", p, job_id=jobs[f"bg-{p}"]) for p in ("codex", "claude")]
         )
@@ -173,12 +155,7 @@ async def test_cancelling_the_run_mid_tool_returns_after_both_trees_exited(
 
     agent = Agent(scripted([hold]), toolsets=[toolset])
     run = asyncio.create_task(agent.run("hold", cancellation_token=token))
-    await products.both_mid_turn()
-    assert len(products.trees()) >= 3  # two product trees, Codex's with its `sleep 30`
-    token.cancel()
-    with pytest.raises(RunCancelled):
-        await run
-    assert products.trees() == []  # no settling: the walk runs the moment the cancel returned
+    await products.cancel_mid_turn(run, token.cancel, RunCancelled)
     assert not session.closed
     await session.aclose()
 
@@ -208,11 +185,9 @@ async def test_a_job_still_running_when_the_run_ends_is_killed_with_its_tree(
 
     result = await Agent(scripted([start, leave]), toolsets=[toolset]).run("go")
     assert result.output == "leaving the job behind"
-    assert products.trees() == []
-    # The owner closed with the run: its job was killed, and its record stays readable.
+    # The owner closed with the run: its job was killed.
     ((owner, job_id),) = left
-    (job,) = products.harness.jobs.list(owner)
-    assert (job.id, job.status) == (job_id, JobStatus.KILLED)
+    products.assert_killed_with_its_owner(owner, job_id)
 
 
 async def test_one_owner_across_runs_when_the_toolset_is_entered_by_the_caller(

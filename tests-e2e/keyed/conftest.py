@@ -143,6 +143,8 @@ class _LoopbackServer:
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         self._port = 0
+        #: The requests served, the first ``MAX_RECORDED``.
+        self.requests: list[HttpRequest] = []
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
@@ -188,6 +190,19 @@ class _LoopbackServer:
     async def serve(self, request: HttpRequest, writer: asyncio.StreamWriter) -> None:
         raise NotImplementedError
 
+    async def _recorded_post(
+        self, request: HttpRequest, writer: asyncio.StreamWriter, suffix: str
+    ) -> bool:
+        """Record ``request`` (the first ``MAX_RECORDED``); whether it is a POST to a path that
+        ends in ``suffix``, which ``serve`` then answers; anything else got a 404."""
+        if len(self.requests) < MAX_RECORDED:
+            self.requests.append(request)
+        path = request.path.split("?", 1)[0].rstrip("/")
+        if request.method != "POST" or not path.endswith(suffix):
+            await _plain(writer, 404, {"error": {"message": "not found"}})
+            return False
+        return True
+
 
 # -- the fake Chat Completions server -----------------------------------------------------------
 @dataclass(frozen=True)
@@ -209,7 +224,6 @@ class FakeChatServer(_LoopbackServer):
     def __init__(self) -> None:
         super().__init__()
         self._queue: deque[ChatAnswer] = deque()
-        self.requests: list[HttpRequest] = []
         self._ids = itertools.count(1)
 
     @property
@@ -226,11 +240,7 @@ class FakeChatServer(_LoopbackServer):
         self._queue.append(ChatAnswer(status=status))
 
     async def serve(self, request: HttpRequest, writer: asyncio.StreamWriter) -> None:
-        if len(self.requests) < MAX_RECORDED:
-            self.requests.append(request)
-        path = request.path.split("?", 1)[0].rstrip("/")
-        if request.method != "POST" or not path.endswith("/chat/completions"):
-            await _plain(writer, 404, {"error": {"message": "not found"}})
+        if not await self._recorded_post(request, writer, "/chat/completions"):
             return
         answer = self._queue.popleft() if self._queue else ChatAnswer(status=500)
         if answer.status != 200:
@@ -386,7 +396,6 @@ class ResponsesBridge(_LoopbackServer):
         self.upstream = upstream.rstrip("/")
         self.upstream_stream = upstream_stream
         self.allow_remote = allow_remote
-        self.requests: list[HttpRequest] = []
         self._ids = itertools.count(1)
         if urlsplit(self.upstream).hostname not in _LOOPBACK and not allow_remote:
             raise ValueError("a non-loopback upstream needs allow_remote=True (keyed tier only)")
@@ -397,11 +406,7 @@ class ResponsesBridge(_LoopbackServer):
         return f"http://127.0.0.1:{self.port}/v1"
 
     async def serve(self, request: HttpRequest, writer: asyncio.StreamWriter) -> None:
-        if len(self.requests) < MAX_RECORDED:
-            self.requests.append(request)
-        path = request.path.split("?", 1)[0].rstrip("/")
-        if request.method != "POST" or not path.endswith("/responses"):
-            await _plain(writer, 404, {"error": {"message": "not found"}})
+        if not await self._recorded_post(request, writer, "/responses"):
             return
         if not isinstance(request.json, dict):
             await _plain(writer, 400, {"error": {"message": "the body is not a JSON object"}})

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from dsh.subagent import StopReason
+from dsh.subagent.testing import result_of
 from dsh.subagent_codex import CodexProvider, CodexProviderConfig
 from dsh.subagent_codex.testing import hermetic_env, make_start_request, write_codex_home
 
@@ -88,21 +89,25 @@ async def test_codex_answers_byte_exact_through_the_bridge(
     assert await files_containing(tmp_path, key) == ["codex-home/control.txt"]
 
 
+async def _failure_line(tmp_path: Path, base_url: str, key: str, answer: str) -> str:
+    """The first line of the diagnostic of a Codex run through the bridge that must fail: no
+    output, an error."""
+    provider, workspace = _codex(tmp_path, base_url, key)
+    async with asyncio.timeout(60):
+        request = make_start_request(workspace, f"Reply with: {answer}")
+        result = await result_of(provider, request)
+    assert result.stop_reason is StopReason.ERROR
+    assert result.output == ()
+    assert result.diagnostic is not None
+    return result.diagnostic.splitlines()[0]
+
+
 async def test_upstream_status_reaches_codex_as_its_safe_category(
     tmp_path: Path, fake_chat: Any, make_bridge: Any
 ) -> None:
     fake_chat.queue_status(401)
     bridge = await make_bridge(fake_chat.base_url)
-    provider, workspace = _codex(tmp_path, bridge.base_url, "sk-bridge-rejected")
-
-    async with asyncio.timeout(60):
-        async with await provider.start(make_start_request(workspace, "Reply with: x")) as run:
-            result = await run.result()
-
-    assert result.stop_reason is StopReason.ERROR
-    assert result.output == ()
-    assert result.diagnostic is not None
-    first = result.diagnostic.splitlines()[0]
+    first = await _failure_line(tmp_path, bridge.base_url, "sk-bridge-rejected", "x")
     assert first.startswith(
         "Product subagent failure (product: Codex; stage: turn; "
         "category: unauthorized; HTTP status: 401"
@@ -116,16 +121,8 @@ async def test_a_cut_upstream_stream_never_passes_for_an_answer(
 ) -> None:
     fake_chat.queue_drop("partial answer that must not")
     bridge = await make_bridge(fake_chat.base_url)
-    provider, workspace = _codex(tmp_path, bridge.base_url, "sk-bridge-cut")
-
-    async with asyncio.timeout(60):
-        async with await provider.start(make_start_request(workspace, "Reply with: y")) as run:
-            result = await run.result()
-
-    assert result.stop_reason is StopReason.ERROR
-    assert result.output == ()
-    assert result.diagnostic is not None
-    assert result.diagnostic.splitlines()[0].startswith(
+    first = await _failure_line(tmp_path, bridge.base_url, "sk-bridge-cut", "y")
+    assert first.startswith(
         "Product subagent failure (product: Codex; stage: turn; category: other"
     )
     assert len(fake_chat.requests) == 1

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from dsh.subagent import Descriptor, Parent, ResolvedStartRequest, StopReason, TextBlock
+from dsh.subagent.testing import result_of
 from dsh.subagent_claude_code import ClaudeCodeProvider, ClaudeCodeProviderConfig
 from dsh.subagent_claude_code.testing import hermetic_env as claude_hermetic_env
 from dsh.subagent_codex import CodexProvider, CodexProviderConfig
@@ -94,11 +95,7 @@ async def test_claude_code_answers_the_nonce_through_deepseek(
     )
 
     async with asyncio.timeout(RUN_TIMEOUT_S):
-        run = await provider.start(request)
-        try:
-            result = await run.result()
-        finally:
-            await run.aclose()
+        result = await result_of(provider, request)
 
     assert result.stop_reason is StopReason.COMPLETED, result.diagnostic
     assert result.text == nonce
@@ -131,11 +128,9 @@ async def test_codex_answers_the_nonce_through_the_bridge_to_deepseek(
     nonce, task = _task()
 
     async with asyncio.timeout(RUN_TIMEOUT_S):
-        run = await provider.start(make_start_request(workspace, task, provider="codex-deepseek"))
-        try:
-            result = await run.result()
-        finally:
-            await run.aclose()
+        result = await result_of(
+            provider, make_start_request(workspace, task, provider="codex-deepseek")
+        )
 
     assert result.stop_reason is StopReason.COMPLETED, result.diagnostic
     assert result.text == nonce

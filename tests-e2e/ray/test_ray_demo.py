@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from dsh.subprocess import Collect, SpawnSpec, default_runtime, marked_processes
+from dsh.subprocess import marked_processes
+from dsh.subprocess.testing import run_to_exit
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(240)]
 
@@ -53,21 +54,11 @@ async def test_dsh_demo_runs_its_background_jobs_on_the_cluster_and_leaves_nothi
 ) -> None:
     argv = [sys.executable, "-m", "dsh.tool_subagent._cli", "demo", "--executor", "ray"]
     argv += ["--address", "auto", "--max-runs-per-node", "3"]
-    spec = SpawnSpec(
-        argv=argv,
-        env={"COLUMNS": "250", **ray_kit.driver_env()},
-        stdout=Collect(1 << 16),
-        stderr=Collect(1 << 16),
-    )
+    env = {"COLUMNS": "250", **ray_kit.driver_env()}
     with ray_kit.nodes_running_marked() as nodes:
-        process = await default_runtime().spawn(spec)
-        try:
-            async with asyncio.timeout(200):
-                outcome = await process.wait()
-        finally:
-            await process.aclose()
-    out, err = process.collected("stdout").text, process.collected("stderr").text
-    assert outcome.exit_code == 0, out + err
+        ran = await run_to_exit(argv, env=env, timeout_s=200)
+    out, err = ran.stdout, ran.stderr
+    assert ran.exit_code == 0, out + err
     assert table_rows(out, "┃") == [["scenario", "product", "outcome", "time"]]
     rows = table_rows(out, "│")
     assert len(rows) == len(ROWS), out
@@ -81,4 +72,4 @@ async def test_dsh_demo_runs_its_background_jobs_on_the_cluster_and_leaves_nothi
     assert nodes, "no marked process was ever seen below a raylet"
     assert nodes <= {node.node_id for node in ray_kit.workers}
     ray_kit.assert_no_marked()
-    assert await asyncio.to_thread(marked_processes, owner_pid=process.pid) == []
+    assert await asyncio.to_thread(marked_processes, owner_pid=ran.pid) == []

@@ -29,7 +29,6 @@ from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex import CodexProvider, CodexProviderConfig
 from dsh.subagent_codex.testing import FakeResponsesServer, hermetic_env, write_codex_home
 from dsh.subprocess import (
-    TREE_MARKER_ENV,
     Collect,
     ManagedProcess,
     SpawnSpec,
@@ -105,29 +104,12 @@ class Kit:
 
         Other jobs on the machine may run dsh trees of their own; only ours are asserted on.
         """
-        own = f"{os.getpid()}:"
-        found = []
-        for pid in marked_processes():
-            try:
-                marker = psutil.Process(pid).environ().get(TREE_MARKER_ENV, "")
-            except psutil.Error:
-                continue
-            if marker.startswith(own):
-                found.append(pid)
-        return found
+        return marked_processes(owner_pid=os.getpid())
 
     @staticmethod
     def owned_by(owner_pid: int) -> list[int]:
         """Marked processes whose tree marker names ``owner_pid`` as the owner."""
-        found = []
-        for pid in marked_processes():
-            try:
-                marker = psutil.Process(pid).environ().get(TREE_MARKER_ENV, "")
-            except psutil.Error:
-                continue
-            if marker.startswith(f"{owner_pid}:"):
-                found.append(pid)
-        return sorted(found)
+        return sorted(marked_processes(owner_pid=owner_pid))
 
     @staticmethod
     def pids_with(nonce: str) -> list[int]:
@@ -329,3 +311,10 @@ async def claude(tmp_path: Path) -> AsyncIterator[ClaudeSetup]:
             yield ClaudeSetup(server, tmp_path / "claude-root", workspace)
         finally:
             server.release_stalls()
+
+
+@pytest.fixture(params=[True, False], ids=["supervised", "plain"])
+def supervised(request: pytest.FixtureRequest) -> bool:
+    """Each test that takes it runs twice: its host spawns under a supervisor, then plainly."""
+    on: bool = request.param
+    return on

@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,14 +25,11 @@ from typing import Any
 import pytest
 
 from dsh.subagent_claude_code.testing import FakeMessagesServer
-from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex.testing import (
     FakeResponsesServer,
     FunctionCallItem,
     Reply,
     Stall,
-    hermetic_env,
-    write_codex_home,
 )
 from dsh.subprocess import (
     Collect,
@@ -191,23 +188,30 @@ async def _start_host(
     return host, await asyncio.wait_for(host.stdout.readline(), 20)
 
 
+def _host_program(*lines: str) -> str:
+    """A host program whose ``main()`` runs ``lines`` (``DOUBLE_FORK`` is the escapee's argv,
+    ``sys.argv`` the host's), then stays up for a minute."""
+    body = "".join(f"    {line}\n" for line in lines)
+    return (
+        "import asyncio, json, sys\n"
+        "from dsh.subprocess import SpawnSpec, default_runtime\n"
+        "DOUBLE_FORK = [sys.executable, sys.argv[1], 'double-fork', sys.argv[2], sys.argv[3]]\n"
+        f"async def main():\n{body}    await asyncio.sleep(60)\n"
+        "asyncio.run(main())\n"
+    )
+
+
 async def test_reap_orphans_in_a_fresh_process_after_host_sigkill(tmp_path: Path) -> None:
     """A host that saw an empty-env escapee dies by SIGKILL; a fresh process cleans up."""
     nonce = _nonce()
-    host_code = (
-        "import asyncio, json, sys\n"
-        "from dsh.subprocess import SpawnSpec, default_runtime\n"
-        "async def main():\n"
-        "    argv = [sys.executable, sys.argv[1], 'on-sigterm', sys.argv[2], sys.argv[3]]\n"
-        "    proc = await default_runtime().spawn(SpawnSpec(argv, stdout='pipe'))\n"
-        "    assert await proc.stdout.readline() == b'armed\\n'\n"
-        "    dfork = [sys.executable, sys.argv[1], 'double-fork', sys.argv[2], sys.argv[3]]\n"
-        "    second = await default_runtime().spawn(SpawnSpec(dfork))\n"
-        "    await second.wait()\n"
-        "    await asyncio.sleep(0.5)  # sampled: the host has observed its escapee\n"
-        "    print(json.dumps([proc.tree_id, second.tree_id]), flush=True)\n"
-        "    await asyncio.sleep(60)\n"
-        "asyncio.run(main())\n"
+    host_code = _host_program(
+        "argv = [sys.executable, sys.argv[1], 'on-sigterm', sys.argv[2], sys.argv[3]]",
+        "proc = await default_runtime().spawn(SpawnSpec(argv, stdout='pipe'))",
+        "assert await proc.stdout.readline() == b'armed\\n'",
+        "second = await default_runtime().spawn(SpawnSpec(DOUBLE_FORK))",
+        "await second.wait()",
+        "await asyncio.sleep(0.5)  # sampled: the host has observed its escapee",
+        "print(json.dumps([proc.tree_id, second.tree_id]), flush=True)",
     )
     async with SubprocessRuntime() as runtime:
         host, line = await _start_host(runtime, host_code, tmp_path, nonce)
@@ -244,17 +248,11 @@ def _spawner_side(root: int) -> list[int]:
 async def test_reap_orphans_uses_the_member_record_when_all_of_dsh_died(tmp_path: Path) -> None:
     """Host, spawner and supervisor all SIGKILLed at once: only the on-disk record is left."""
     nonce = _nonce()
-    host_code = (
-        "import asyncio, sys\n"
-        "from dsh.subprocess import SpawnSpec, default_runtime\n"
-        "async def main():\n"
-        "    dfork = [sys.executable, sys.argv[1], 'double-fork', sys.argv[2], sys.argv[3]]\n"
-        "    proc = await default_runtime().spawn(SpawnSpec(dfork))\n"
-        "    await proc.wait()\n"
-        "    await asyncio.sleep(2.2)  # sampled (every 1 s): the escapee is on record\n"
-        "    print('observed', flush=True)\n"
-        "    await asyncio.sleep(60)\n"
-        "asyncio.run(main())\n"
+    host_code = _host_program(
+        "proc = await default_runtime().spawn(SpawnSpec(DOUBLE_FORK))",
+        "await proc.wait()",
+        "await asyncio.sleep(2.2)  # sampled (every 1 s): the escapee is on record",
+        "print('observed', flush=True)",
     )
     async with SubprocessRuntime() as runtime:
         host, line = await _start_host(runtime, host_code, tmp_path, nonce)
@@ -327,14 +325,19 @@ CASES = [
 ]
 
 
+def _escape_case(tmp_path: Path) -> tuple[str, Path]:
+    """A fresh nonce, and the empty directory the escapee reports itself ready in."""
+    ready_dir = tmp_path / "ready"
+    ready_dir.mkdir()
+    return _nonce(), ready_dir
+
+
 @pytest.mark.real_product
 @pytest.mark.parametrize(("how", "cancel"), CASES)
 async def test_codex_tool_escapes_never_survive(
     kit: Any, codex: Any, tmp_path: Path, how: str, cancel: bool
 ) -> None:
-    nonce = _nonce()
-    ready_dir = tmp_path / "ready"
-    ready_dir.mkdir()
+    nonce, ready_dir = _escape_case(tmp_path)
     command = {
         "cmd": _escape_command(ready_dir, nonce, how, then_sleep=cancel, linger=" sleep 1"),
         "login": False,
@@ -355,9 +358,7 @@ async def test_codex_tool_escapes_never_survive(
 async def test_claude_code_tool_escapes_never_survive(
     kit: Any, claude: Any, tmp_path: Path, how: str, cancel: bool
 ) -> None:
-    nonce = _nonce()
-    ready_dir = tmp_path / "ready"
-    ready_dir.mkdir()
+    nonce, ready_dir = _escape_case(tmp_path)
     command = _escape_command(ready_dir, nonce, how, then_sleep=cancel, linger="")
     claude.server.queue_tool_call("Bash", {"command": command, "description": "start a server"})
     if cancel:
@@ -396,40 +397,12 @@ class Setup:
     claude: FakeMessagesServer
 
 
-def _toml_table(name: str, values: dict[str, str]) -> str:
-    lines = [f"[{name}]"] + [f"{key} = {json.dumps(value)}" for key, value in values.items()]
-    return "\n".join(lines)
-
-
 @pytest.fixture
-async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    async with FakeResponsesServer() as codex, FakeMessagesServer() as claude:
-        home = write_codex_home(tmp_path / "codex-home", codex.base_url, "signal-model")
-        codex_config = (
-            '[[provider]]\nkind = "codex"\n[provider.config]\nstderr = "discard"\n'
-            'permission_mode = "dangerously-bypass-approvals-and-sandbox"'
-        )
-        claude_config = (
-            '[[provider]]\nkind = "claude-code"\n[provider.config]\nstderr = "discard"\n'
-            'permission_mode = "bypassPermissions"'
-        )
-        claude_vars = {**claude_env(tmp_path / "claude", claude.base_url), "IS_SANDBOX": "1"}
-        profile = tmp_path / "profile.toml"
-        profile.write_text(
-            "\n\n".join(
-                [
-                    codex_config,
-                    _toml_table("provider.config.env", hermetic_env(home)),
-                    claude_config,
-                    _toml_table("provider.config.env", claude_vars),
-                ]
-            )
-            + "\n",
-            encoding="utf-8",
-        )
-        yield Setup(tmp_path, profile, workspace, codex, claude)
+def setup(loopback: Any) -> Setup:
+    profile = loopback.profile({"stderr": "discard"}, **loopback.unattended())
+    return Setup(
+        loopback.root, loopback.write(profile), loopback.workspace, loopback.codex, loopback.claude
+    )
 
 
 def _read(path: Path) -> bytes:

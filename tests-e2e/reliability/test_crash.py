@@ -120,10 +120,6 @@ async def _crash_and_check(
         assert await asyncio.to_thread(kit.pids_with, nonce) == []
 
 
-MODES = [pytest.param(True, id="supervised"), pytest.param(False, id="plain")]
-
-
-@pytest.mark.parametrize("supervised", MODES)
 async def test_claude_code_tree_of_a_killed_host_is_reaped(
     kit: Any, claude: Any, tmp_path: Path, supervised: bool
 ) -> None:
@@ -159,7 +155,6 @@ async def test_claude_code_tree_of_a_killed_host_is_reaped(
     await kit.until_not_reaped_elsewhere(attempt)
 
 
-@pytest.mark.parametrize("supervised", MODES)
 async def test_codex_tree_of_a_killed_host_is_reaped(
     kit: Any, codex: Any, tmp_path: Path, supervised: bool
 ) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,29 +71,95 @@ def failure_texts(error: BaseException) -> list[str]:
     return texts
 
 
+@dataclass
+class Seen:
+    """This test's canaries (one in the parent's credential-named ``CANARY_TOKEN``), every log
+    record and the process's own stderr."""
+
+    marks: dict[str, str]
+    caplog: pytest.LogCaptureFixture
+    capfd: pytest.CaptureFixture[str]
+
+
+@pytest.fixture
+def seen(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capfd: pytest.CaptureFixture[str],
+) -> Seen:
+    caplog.set_level(logging.DEBUG)
+    found = canaries()
+    monkeypatch.setenv("CANARY_TOKEN", found["parent"])
+    return Seen(found, caplog, capfd)
+
+
+def _assert_canaries_only_where_due(
+    marks: dict[str, str],
+    server: Any,
+    shown: list[SubagentResult | BaseException],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The tool got the explicit env value but not the scrubbed parent one, no model request
+    carried the parent's canary, and nothing the parent was shown (``shown``: results and
+    failures) or logged at INFO+ holds any canary."""
+    tool_result = json.dumps(server.requests[1].body)
+    assert marks["plain"] in tool_result, "the explicit env value reached the tool"
+    assert "token=unset" in tool_result, "the credential-named parent value was scrubbed"
+    assert all(marks["parent"].encode() not in r.raw_body for r in server.requests)
+    texts = [
+        text
+        for item in shown
+        for text in (
+            result_texts(item) if isinstance(item, SubagentResult) else failure_texts(item)
+        )
+    ]
+    assert_clean(marks, texts, caplog)
+
+
+#: Per product: its model-name prefix, the mode that runs its tools unasked, its own env.
+UNASKED = {
+    "codex": ("mock", "dangerously-bypass-approvals-and-sandbox", {"RUST_LOG": "info"}),
+    "claude": ("claude", "bypassPermissions", {"IS_SANDBOX": "1"}),
+}
+
+
+async def _failed_run(
+    product: Any, marks: dict[str, str], model: str, mode: str, env: dict[str, str]
+) -> SubagentResult:
+    """A run of the product's provider (its stderr forwarded, the stderr canary in its model
+    name, the plain canary in its tool's env) on a task that names the tool canary; it must
+    fail."""
+    provider = product.provider(
+        model=f"{model}-{marks['stderr']}",
+        permission_mode=mode,
+        stderr="forward",
+        env={PLAIN_NAME: marks["plain"], **env},
+    )
+    async with await provider.start(product.request(f"task {marks['tool']}")) as run:
+        result: SubagentResult = await run.result()
+    assert result.stop_reason is StopReason.ERROR
+    return result
+
+
+async def _refused_start(kit: Any, provider: Any, request: Any) -> BaseException:
+    """A start that must fail; what it raised, whose message is a safe failure message."""
+    with pytest.raises((ProductFailure, ExceptionGroup)) as caught:
+        await provider.start(request)
+    assert kit.is_safe_failure_message(str(caught.value)), str(caught.value)
+    return caught.value
+
+
 async def test_codex_canaries_stay_out_of_everything_the_parent_sees(
     kit: Any,
     codex: Any,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    capfd: pytest.CaptureFixture[str],
+    seen: Seen,
 ) -> None:
-    caplog.set_level(logging.DEBUG)
-    marks = canaries()
-    monkeypatch.setenv("CANARY_TOKEN", marks["parent"])
+    marks = seen.marks
     call = {"cmd": tool_command(marks), "login": False, "yield_time_ms": 10_000}
     codex.server.queue(Reply((FunctionCallItem("exec_command", call),)))
     codex.server.queue(HttpStatus(500, {"error": {"message": marks["body"], "type": "x"}}))
-    provider = codex.provider(
-        model=f"mock-{marks['stderr']}",
-        permission_mode="dangerously-bypass-approvals-and-sandbox",
-        stderr="forward",
-        env={PLAIN_NAME: marks["plain"], "RUST_LOG": "info"},
-    )
-    async with await provider.start(codex.request(f"task {marks['tool']}")) as run:
-        result = await run.result()
-    assert result.stop_reason is StopReason.ERROR
+    result = await _failed_run(codex, marks, *UNASKED["codex"])
     assert result.diagnostic == (
         "Product subagent failure (product: Codex; stage: turn; category: internalServerError)"
     )
@@ -105,43 +172,24 @@ async def test_codex_canaries_stay_out_of_everything_the_parent_sees(
     # A key is forwarded, so the account check passes (an unknown provider falls back to the
     # built-in one's auth) and the failure comes from ``thread/start``, whose reply names it.
     keyed = kit.codex_provider(broken, env={"OPENAI_API_KEY": "sk-dsh-broken-home-0000"})
-    with pytest.raises((ProductFailure, ExceptionGroup)) as caught:
-        await keyed.start(codex.request("task two"))
-    assert kit.is_safe_failure_message(str(caught.value)), str(caught.value)
+    failure = await _refused_start(kit, keyed, codex.request("task two"))
     # The raw cause (kept on ``__cause__`` only) did carry the canary.
-    assert marks["config"] in str(getattr(caught.value.__cause__, "raw_message", ""))
+    assert marks["config"] in str(getattr(failure.__cause__, "raw_message", ""))
     # Where the canaries really went: to the product, its tool and its own stderr.
-    forwarded = capfd.readouterr().err
-    assert marks["stderr"] in forwarded, "Codex did print the model-name canary on its stderr"
-    second = json.dumps(codex.server.requests[1].body)
-    assert marks["plain"] in second, "the explicit env value reached the tool"
-    assert "token=unset" in second, "the credential-named parent value was scrubbed"
-    assert all(marks["parent"].encode() not in r.raw_body for r in codex.server.requests)
-    assert_clean(marks, [*result_texts(result), *failure_texts(caught.value)], caplog)
+    assert marks["stderr"] in seen.capfd.readouterr().err, "Codex printed the model-name canary"
+    _assert_canaries_only_where_due(marks, codex.server, [result, failure], seen.caplog)
 
 
 async def test_claude_code_canaries_stay_out_of_everything_the_parent_sees(
     kit: Any,
     claude: Any,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    capfd: pytest.CaptureFixture[str],
+    seen: Seen,
 ) -> None:
-    caplog.set_level(logging.DEBUG)
-    marks = canaries()
-    monkeypatch.setenv("CANARY_TOKEN", marks["parent"])
+    marks = seen.marks
     command = tool_command(marks)
     claude.server.queue_tool_call("Bash", {"command": command, "description": marks["tool"]})
     claude.server.queue_http_error(500, marks["body"])
-    provider = claude.provider(
-        model=f"claude-{marks['stderr']}",
-        permission_mode="bypassPermissions",
-        stderr="forward",
-        env={PLAIN_NAME: marks["plain"], "IS_SANDBOX": "1"},
-    )
-    async with await provider.start(claude.request(f"task {marks['tool']}")) as run:
-        result = await run.result()
-    assert result.stop_reason is StopReason.ERROR
+    result = await _failed_run(claude, marks, *UNASKED["claude"])
     assert result.diagnostic == (
         "Product subagent failure (product: Claude Code; stage: query-run; category: server; "
         "HTTP status: 500; exit code: 1)"
@@ -153,13 +201,6 @@ async def test_claude_code_canaries_stay_out_of_everything_the_parent_sees(
         stderr="forward",
         env={PLAIN_NAME: marks["plain"], "ANTHROPIC_MODEL": marks["config"]},
     )
-    with pytest.raises((ProductFailure, ExceptionGroup)) as caught:
-        await refusing.start(claude.request("task two"))
-    assert kit.is_safe_failure_message(str(caught.value)), str(caught.value)
-    forwarded = capfd.readouterr().err
-    assert marks["stderr"] in forwarded, "the CLI did print the model-name canary on its stderr"
-    tool_result = json.dumps(claude.server.requests[1].body)
-    assert marks["plain"] in tool_result, "the explicit env value reached the tool"
-    assert "token=unset" in tool_result, "the credential-named parent value was scrubbed"
-    assert all(marks["parent"].encode() not in r.raw_body for r in claude.server.requests)
-    assert_clean(marks, [*result_texts(result), *failure_texts(caught.value)], caplog)
+    failure = await _refused_start(kit, refusing, claude.request("task two"))
+    assert marks["stderr"] in seen.capfd.readouterr().err, "the CLI printed the model-name canary"
+    _assert_canaries_only_where_due(marks, claude.server, [result, failure], seen.caplog)

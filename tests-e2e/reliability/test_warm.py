@@ -13,7 +13,8 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,10 +155,21 @@ async def test_each_warm_process_serves_exactly_one_run(kit: Any, product: Produ
     assert await asyncio.to_thread(kit.own_marked) == []
 
 
-async def test_runtime_aclose_leaves_no_warm_process(kit: Any, product: Product) -> None:
-    provider = product.make(prewarm=2)
+@asynccontextmanager
+async def _warmed(kit: Any, product: Product, prewarm: int) -> AsyncIterator[Any]:
+    """A provider with ``prewarm`` warm processes after one completed run; once it is closed,
+    none of this test's processes is left."""
+    provider = product.make(prewarm=prewarm)
     try:
         await _complete(provider, product)
+        yield provider
+    finally:
+        await provider.aclose()
+    assert await asyncio.to_thread(kit.own_marked) == []
+
+
+async def test_runtime_aclose_leaves_no_warm_process(kit: Any, product: Product) -> None:
+    async with _warmed(kit, product, 2) as provider:
         warm = await _idle(kit, provider, 2)
         trees = [w.process.tree_id for w in warm]
         assert all(marked_processes(tree) for tree in trees)  # alive and marked before
@@ -167,9 +179,6 @@ async def test_runtime_aclose_leaves_no_warm_process(kit: Any, product: Product)
         # Dead while idle: never used; the next start is cold and completes with no error.
         await _complete(provider, product)
         assert provider.warm_pool.dead_idle >= 1
-    finally:
-        await provider.aclose()
-    assert await asyncio.to_thread(kit.own_marked) == []
 
 
 async def test_a_cwd_miss_starts_cold_in_the_requested_cwd(
@@ -177,9 +186,7 @@ async def test_a_cwd_miss_starts_cold_in_the_requested_cwd(
 ) -> None:
     other = tmp_path / "other-ws"
     other.mkdir()
-    provider = product.make(prewarm=1)
-    try:
-        await _complete(provider, product)
+    async with _warmed(kit, product, 1) as provider:
         [warm] = await _idle(kit, provider, 1)
         pool = provider.warm_pool
         missed = pool.missed
@@ -194,15 +201,10 @@ async def test_a_cwd_miss_starts_cold_in_the_requested_cwd(
         await _gone(kit, warm.process.tree_id)  # the pool moved to the new cwd
         [moved] = await _idle(kit, provider, 1)
         assert psutil.Process(moved.process.pid).cwd() == str(other)
-    finally:
-        await provider.aclose()
-    assert await asyncio.to_thread(kit.own_marked) == []
 
 
 async def test_a_warm_process_that_died_while_idle_is_not_used(kit: Any, product: Product) -> None:
-    provider = product.make(prewarm=1)
-    try:
-        await _complete(provider, product)
+    async with _warmed(kit, product, 1) as provider:
         [warm] = await _idle(kit, provider, 1)
         os.kill(warm.process.pid, signal.SIGKILL)
         await kit.wait_until(lambda: not psutil.pid_exists(warm.process.pid) or _zombie(warm))
@@ -211,9 +213,6 @@ async def test_a_warm_process_that_died_while_idle_is_not_used(kit: Any, product
         assert pid != warm.process.pid
         assert provider.warm_pool.dead_idle == 1
         assert provider.warm_pool.taken == 0
-    finally:
-        await provider.aclose()
-    assert await asyncio.to_thread(kit.own_marked) == []
 
 
 def _zombie(warm: Any) -> bool:
@@ -319,10 +318,6 @@ async def test_claude_codes_warm_initialize_is_the_sdks_own(
 # ---- a SIGKILLed host ----------------------------------------------------------------------
 
 
-MODES = [pytest.param(True, id="supervised"), pytest.param(False, id="plain")]
-
-
-@pytest.mark.parametrize("supervised", MODES)
 async def test_warm_processes_of_a_killed_host_are_gone(
     kit: Any, product: Product, tmp_path: Path, supervised: bool
 ) -> None:

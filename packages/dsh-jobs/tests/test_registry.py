@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -262,20 +264,31 @@ async def test_a_killed_work_keeps_its_own_detail_after_the_reason() -> None:
         assert snap.status_line == "[status: killed, dispose failed: the teardown line]"
 
 
-async def test_close_owner_after_a_kill_waits_for_the_close_and_never_cancels_it() -> None:
+@asynccontextmanager
+async def _a_job_closing_slowly(
+    close_s: float,
+) -> AsyncIterator[tuple[JobRegistry, str, list[float]]]:
+    """A registry with one running job of owner ``A`` that, once cancelled, spends ``close_s``
+    closing (as a run's close does): the registry, the job's id, and when its close ended."""
     closed: list[float] = []
 
     async def work() -> JobOutcome:
         try:
             await asyncio.Event().wait()
         finally:
-            await asyncio.sleep(0.5)  # the run's close, started by the kill's cancel
+            await asyncio.sleep(close_s)
             closed.append(asyncio.get_running_loop().time())
         return answer("never")
 
     async with JobRegistry() as jobs:
         job_id = jobs.start("subagent", "x", A, work)
         await asyncio.sleep(0)
+        yield jobs, job_id, closed
+
+
+async def test_close_owner_after_a_kill_waits_for_the_close_and_never_cancels_it() -> None:
+    # The run's close, started by the kill's cancel, takes 0.5 s.
+    async with _a_job_closing_slowly(0.5) as (jobs, job_id, closed):
         jobs.kill(job_id, A)
         await asyncio.sleep(0.05)
         await jobs.close_owner(A)
@@ -556,25 +569,13 @@ def test_jobs_config_rules() -> None:
 
 
 async def test_a_cancelled_close_owner_still_waits_for_its_jobs_to_settle() -> None:
-    closed: list[str] = []
-
-    async def work() -> JobOutcome:
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await asyncio.sleep(0.3)  # the run's close
-            closed.append("closed")
-        return answer("never")
-
-    async with JobRegistry() as jobs:
-        job_id = jobs.start("subagent", "x", A, work)
-        await asyncio.sleep(0)
+    async with _a_job_closing_slowly(0.3) as (jobs, job_id, closed):
         closing = asyncio.create_task(jobs.close_owner(A))
         await asyncio.sleep(0.05)
         closing.cancel()
         with pytest.raises(asyncio.CancelledError):
             await closing
-        assert closed == ["closed"], "close_owner ended while its job was still closing"
+        assert len(closed) == 1, "close_owner ended while its job was still closing"
         snapshot = jobs.get(job_id, A)
         assert snapshot.status is JobStatus.KILLED
         assert snapshot.reported is True  # a closed job yields no notice

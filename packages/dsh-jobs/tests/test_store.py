@@ -807,11 +807,16 @@ def test_a_refused_store_still_reads_in_sqlite_and_nothing_is_lost(tmp_path: Pat
         connection.close()
 
 
+def _store_waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, open_busy_s: float) -> Path:
+    """Where a store goes whose open waits ``open_busy_s`` for another writer's lock."""
+    monkeypatch.setattr(_sqlite_store, "OPEN_BUSY_S", open_busy_s)
+    return tmp_path / "jobs.sqlite3"
+
+
 def test_a_store_locked_by_a_stuck_writer_is_refused_after_the_open_wait(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_sqlite_store, "OPEN_BUSY_S", 1.0)
-    path = tmp_path / "jobs.sqlite3"
+    path = _store_waiting(tmp_path, monkeypatch, 1.0)
     store = SqliteJobStore(path)
     store.insert(record("subagent-0000000000bb", started_at=time.time(), output="kept"))
     store.close()
@@ -847,8 +852,7 @@ def test_a_store_locked_by_a_stuck_writer_is_refused_after_the_open_wait(
 def test_a_lock_held_briefly_only_delays_the_open(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_sqlite_store, "OPEN_BUSY_S", 3.0)
-    path = tmp_path / "jobs.sqlite3"
+    path = _store_waiting(tmp_path, monkeypatch, 3.0)
     SqliteJobStore(path).close()
     busy = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     busy.execute("BEGIN IMMEDIATE")

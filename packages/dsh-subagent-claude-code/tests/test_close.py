@@ -73,12 +73,20 @@ async def stubborn_run(
     return run
 
 
+async def _closing(
+    tmp_path: Path, make_request: Any, own_marked: Callable[[], list[int]]
+) -> tuple[ClaudeCodeRun, asyncio.Task[None]]:
+    """A stubborn run, and its first ``aclose()`` under way for a moment."""
+    run = await stubborn_run(tmp_path, make_request, own_marked)
+    first = asyncio.create_task(run.aclose())
+    await asyncio.sleep(0.05)
+    return run, first
+
+
 async def test_a_second_concurrent_aclose_waits_for_whole_tree_exit(
     tmp_path: Path, make_request: Any, own_marked_processes: Callable[[], list[int]]
 ) -> None:
-    run = await stubborn_run(tmp_path, make_request, own_marked_processes)
-    first = asyncio.create_task(run.aclose())
-    await asyncio.sleep(0.05)
+    run, first = await _closing(tmp_path, make_request, own_marked_processes)
     await run.aclose()
     assert await asyncio.to_thread(own_marked_processes) == []
     await first
@@ -105,9 +113,7 @@ async def test_a_cancelled_aclose_still_waits_for_proven_exit(
 async def test_a_cancelled_second_aclose_still_waits_for_whole_tree_exit(
     tmp_path: Path, make_request: Any, own_marked_processes: Callable[[], list[int]]
 ) -> None:
-    run = await stubborn_run(tmp_path, make_request, own_marked_processes)
-    first = asyncio.create_task(run.aclose())
-    await asyncio.sleep(0.05)
+    run, first = await _closing(tmp_path, make_request, own_marked_processes)
     second = asyncio.create_task(run.aclose())
     await asyncio.sleep(0.05)
     second.cancel()

@@ -11,6 +11,7 @@ import pytest
 
 from dsh.subagent import ProductFailure, SubagentError, TextBlock, load_provider
 from dsh.subagent.kit import DoctorCheck
+from dsh.subagent.testing import INVALID_BASE_FIELDS, decoy_program
 from dsh.subagent_claude_code import ClaudeCodeProvider, ClaudeCodeProviderConfig
 from dsh.subagent_claude_code import _command as command_module
 from dsh.subprocess import default_runtime
@@ -31,16 +32,10 @@ def test_defaults() -> None:
 @pytest.mark.parametrize(
     ("fields", "field"),
     [
-        ({"provider_name": ""}, "provider_name"),
-        ({"provider_name": "  "}, "provider_name"),
-        ({"model": ""}, "model"),
+        *INVALID_BASE_FIELDS,
         ({"permission_mode": "default"}, "permission_mode"),
         ({"permission_mode": "manual"}, "permission_mode"),
-        ({"dispose_grace_ms": 0}, "dispose_grace_ms"),
-        ({"dispose_grace_ms": 2147483648}, "dispose_grace_ms"),
         ({"stderr": "inherit"}, "stderr"),
-        ({"nice": -1}, "nice"),
-        ({"nice": 20}, "nice"),
         ({"nice": True}, "nice"),
         ({"env": {"A=B": "x"}}, "env"),
         ({"env": {"A\0B": "x"}}, "env"),
@@ -59,12 +54,7 @@ def test_invalid_fields_name_the_field(fields: dict[str, Any], field: str) -> No
 def test_entry_point_loading_starts_nothing_and_skips_path(
     tmp_path: Path, own_marked_processes: Any
 ) -> None:
-    evidence = tmp_path / "evidence"
-    fake_bin = tmp_path / "bin"
-    fake_bin.mkdir()
-    fake = fake_bin / "claude"
-    fake.write_text(f"#!/bin/sh\ntouch {evidence}\n")
-    fake.chmod(0o755)
+    fake_bin, evidence = decoy_program(tmp_path, "claude")
     old_path = os.environ.get("PATH", "")
     os.environ["PATH"] = f"{fake_bin}:{old_path}"
     try:

@@ -3,23 +3,15 @@
 from __future__ import annotations
 
 import os
-from importlib.metadata import entry_points
 from pathlib import Path
 
-from dsh.subagent import PROVIDER_ENTRY_POINT_GROUP, DemoFailure, DemoPlan
+from dsh.subagent import DemoFailure
+from dsh.subagent.testing import demo_plan
 from dsh.subagent_claude_code._demo import FAILURE, SERVE_ANSWER
 
 
-def _plan() -> DemoPlan:
-    points = entry_points(group=PROVIDER_ENTRY_POINT_GROUP)
-    (entry,) = [e for e in points if e.name == "claude-code"]
-    plan = entry.load().demo()
-    assert isinstance(plan, DemoPlan)
-    return plan
-
-
 async def test_the_plan_scripts_a_loopback_model_in_a_hermetic_home(tmp_path: Path) -> None:
-    plan = _plan()
+    plan = demo_plan("claude-code")
     assert plan.product == "Claude Code"
     assert plan.scenarios == (
         "foreground answer",

@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from dsh.subagent import Descriptor, Parent, ResolvedStartRequest, StopReason, TextBlock
+from dsh.subagent.testing import result_of
 from dsh.subagent_claude_code import ClaudeCodeRun
 from dsh.subagent_claude_code.testing import FakeMessagesServer
 from dsh.subprocess import SpawnSpec, SubprocessRuntime, marked_processes, reap_orphans_once
@@ -98,22 +99,32 @@ async def test_two_named_instances_concurrently(
     }
 
 
+AFTER_THE_DENIAL = (
+    "Product subagent failure (product: Claude Code; stage: query-run; category: server; "
+    "HTTP status: 500; exit code: 1)\n"
+)
+
+
+async def _denied(server: FakeMessagesServer, provider: Any, request: Any) -> str:
+    """Run the scripted tool call, then a model error: the run failed with no output; its
+    diagnostic."""
+    server.queue_http_error(500, "after the denial")
+    result = await result_of(provider, request)
+    assert result.stop_reason == StopReason.ERROR
+    assert result.output == ()
+    assert result.diagnostic is not None
+    return result.diagnostic
+
+
 async def test_dont_ask_denies_write_with_two_line_diagnostic(
     server: FakeMessagesServer, make_provider: Any, make_request: Any, workspace: Path
 ) -> None:
     provider = make_provider()  # permission_mode defaults to dontAsk
     target = workspace / "denied.txt"
     server.queue_tool_call("Write", {"file_path": str(target), "content": "nope"})
-    server.queue_http_error(500, "after the denial")
-    run = await provider.start(make_request("write a file", workspace))
-    result = await run.result()
-    await run.aclose()
+    diagnostic = await _denied(server, provider, make_request("write a file", workspace))
     assert not target.exists()
-    assert result.stop_reason == StopReason.ERROR
-    assert result.output == ()
-    assert result.diagnostic == (
-        "Product subagent failure (product: Claude Code; stage: query-run; category: server; "
-        "HTTP status: 500; exit code: 1)\n"
+    assert diagnostic == AFTER_THE_DENIAL + (
         "Claude Code unattended decision (mode: dontAsk; request: tool permission; "
         "decision: denied): Claude Code denied the request before an interactive prompt"
     )
@@ -130,16 +141,9 @@ async def test_can_use_tool_denies_with_fixed_message_and_fact(
     target = workspace / "asked.txt"
     command = f"python3 -c \"open('{target}', 'w').write('nope')\""
     server.queue_tool_call("Bash", {"command": command, "description": "write a file"})
-    server.queue_http_error(500, "after the denial")
-    run = await provider.start(make_request("run a command", workspace))
-    result = await run.result()
-    await run.aclose()
+    diagnostic = await _denied(server, provider, make_request("run a command", workspace))
     assert not target.exists()
-    assert result.stop_reason == StopReason.ERROR
-    assert result.output == ()
-    assert result.diagnostic == (
-        "Product subagent failure (product: Claude Code; stage: query-run; category: server; "
-        "HTTP status: 500; exit code: 1)\n"
+    assert diagnostic == AFTER_THE_DENIAL + (
         "Claude Code unattended decision (mode: acceptEdits; request: tool permission; "
         "decision: denied): the provider does not request human approval"
     )

@@ -13,6 +13,7 @@ import pytest
 
 from dsh.subagent import ProductFailure, load_provider
 from dsh.subagent.kit import DoctorCheck
+from dsh.subagent.testing import INVALID_BASE_FIELDS
 from dsh.subagent_codex import CodexProvider, CodexProviderConfig
 from dsh.subagent_codex import _provider as provider_module
 from dsh.subagent_codex.testing import make_start_request
@@ -28,15 +29,9 @@ INIT_LINE = (
 @pytest.mark.parametrize(
     ("fields", "needle"),
     [
+        *INVALID_BASE_FIELDS,
         ({"permission_mode": "on-request"}, "permission_mode"),
-        ({"provider_name": ""}, "provider_name"),
-        ({"provider_name": "  "}, "provider_name"),
-        ({"model": ""}, "model"),
-        ({"dispose_grace_ms": 0}, "dispose_grace_ms"),
-        ({"dispose_grace_ms": 2147483648}, "dispose_grace_ms"),
         ({"stderr": "parse"}, "stderr"),
-        ({"nice": -1}, "nice"),
-        ({"nice": 20}, "nice"),
         ({"nice": "5"}, "nice"),
         ({"binary": "/usr/bin/codex"}, "binary"),
         ({"_program": ["x"]}, "_program"),

@@ -60,12 +60,17 @@ def files_holding(root: Path, needle: str) -> list[str]:
     ]
 
 
+def _home_and_workspace(tmp_path: Path, fake: FakeResponsesServer) -> tuple[Path, Path]:
+    """A Codex home on the built-in OpenAI provider pointed at ``fake``, and a workspace."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    return builtin_home(tmp_path / "home", fake.base_url), workspace
+
+
 async def test_no_credentials_fails_at_once_without_a_model_request(
     fake: FakeResponsesServer, tmp_path: Path
 ) -> None:
-    home = builtin_home(tmp_path / "home", fake.base_url)
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
+    home, workspace = _home_and_workspace(tmp_path, fake)
     began = time.monotonic()
     with pytest.raises(ProductFailure) as caught:
         await provider_for(home).start(make_start_request(workspace, "Summarise README.md."))
@@ -90,9 +95,7 @@ async def test_an_exported_key_authenticates_and_is_written_nowhere(
     monkeypatch: pytest.MonkeyPatch,
     variable: str,
 ) -> None:
-    home = builtin_home(tmp_path / "home", fake.base_url)
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
+    home, workspace = _home_and_workspace(tmp_path, fake)
     # Exported in the host's environment and forwarded by default (``credential_env``).
     monkeypatch.setenv(variable, KEY_CANARY)
     provider = provider_for(home)
@@ -114,9 +117,7 @@ async def test_a_login_file_wins_over_a_forwarded_key(
     fake: FakeResponsesServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``codex login`` made beforehand is used as the product would; the forwarded key is not."""
-    home = builtin_home(tmp_path / "home", fake.base_url)
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
+    home, workspace = _home_and_workspace(tmp_path, fake)
     login = {"OPENAI_API_KEY": "sk-dsh-from-login-file", "auth_mode": "apikey"}
     (home / "auth.json").write_text(json.dumps(login), encoding="utf-8")
     (home / "auth.json").chmod(0o600)
@@ -171,9 +172,7 @@ async def test_a_warm_process_is_retired_when_the_login_file_changes(
     fake: FakeResponsesServer, tmp_path: Path
 ) -> None:
     """A warm process caches its credentials; a ``codex login`` made since must win."""
-    home = builtin_home(tmp_path / "home", fake.base_url)
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
+    home, workspace = _home_and_workspace(tmp_path, fake)
     provider = CodexProvider(
         provider_for(home, OPENAI_API_KEY=KEY_CANARY).config.model_copy(update={"prewarm": 1})
     )

@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import signal
-import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import codex_cli_bin
 import pytest
 
 from dsh.subagent import ProductFailure, StopReason
-from dsh.subagent.testing import run_provider_conformance
+from dsh.subagent.testing import decoy_program, run_provider_conformance
 from dsh.subagent_codex import CodexProvider, CodexProviderConfig
 from dsh.subagent_codex.testing import (
     Behaviour,
@@ -385,12 +384,7 @@ async def test_cancel_mid_turn_is_aborted_and_leaves_no_process(codex_env: Env) 
 async def test_missing_payload_fails_safely_and_never_runs_a_host_codex(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
-    evidence = tmp_path / "host-codex-ran"
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    fake_codex = bindir / "codex"
-    fake_codex.write_text(f"#!/bin/sh\ntouch '{evidence}'\n")
-    fake_codex.chmod(fake_codex.stat().st_mode | stat.S_IEXEC)
+    bindir, evidence = decoy_program(tmp_path, "codex")
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     if how == "no-payload":
         empty = tmp_path / "empty-package"

@@ -13,6 +13,21 @@ from dsh.subagent_codex.testing import SAMPLE_USAGE
 pytestmark = pytest.mark.real_product
 
 
+def _sample_usage_times(requests: int) -> UsageFacts:
+    """The facts of ``requests`` model responses that each reported ``SAMPLE_USAGE`` (1,000 in,
+    200 of them cached, 30 out, 7 of them reasoning), in the model's 258,400-token window; one
+    ``tokenUsage`` notification per model response."""
+    return UsageFacts(
+        input_tokens=1000 * requests,
+        cached_input_tokens=200 * requests,
+        output_tokens=30 * requests,
+        reasoning_output_tokens=7 * requests,
+        total_tokens=1030 * requests,
+        context_window=258400,
+        model_requests=requests,
+    )
+
+
 async def test_one_request_reports_the_servers_counts(codex_env: Env) -> None:
     codex_env.server.usage = dict(SAMPLE_USAGE)
     codex_env.server.queue_text("done", phase="final_answer")
@@ -26,15 +41,7 @@ async def test_one_request_reports_the_servers_counts(codex_env: Env) -> None:
     assert result.text == "done"
     assert len(codex_env.server.requests) == 1
     # Measured: Codex passes the Responses usage through; the window is its own for the model.
-    assert run.usage == UsageFacts(
-        input_tokens=1000,
-        cached_input_tokens=200,
-        output_tokens=30,
-        reasoning_output_tokens=7,
-        total_tokens=1030,
-        context_window=258400,
-        model_requests=1,  # one tokenUsage notification per model response
-    )
+    assert run.usage == _sample_usage_times(1)
 
 
 async def test_two_requests_are_summed_by_codex(codex_env: Env) -> None:
@@ -48,12 +55,4 @@ async def test_two_requests_are_summed_by_codex(codex_env: Env) -> None:
     assert result.text == "done"
     assert len(codex_env.server.requests) == 2
     # ``tokenUsage.total`` is cumulative: twice the server's counts, not the last request's.
-    assert run.usage == UsageFacts(
-        input_tokens=2000,
-        cached_input_tokens=400,
-        output_tokens=60,
-        reasoning_output_tokens=14,
-        total_tokens=2060,
-        context_window=258400,
-        model_requests=2,
-    )
+    assert run.usage == _sample_usage_times(2)

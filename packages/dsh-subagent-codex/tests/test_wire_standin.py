@@ -62,6 +62,19 @@ def replies(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
+async def _refused(
+    tmp_path: Path, scenario: str, arg: str = ""
+) -> tuple[SubagentResult, dict[str, Any]]:
+    """A run whose stand-in sends a server request the provider must refuse: the run failed;
+    its result and the provider's one reply to that request (id 0)."""
+    provider, log = standin(tmp_path, scenario, arg)
+    async with await provider.start(make_start_request(tmp_path, "task")) as run:
+        result = await run.result()
+    assert result.stop_reason is StopReason.ERROR
+    (reply,) = [r for r in replies(log) if r.get("id") == 0]
+    return result, reply
+
+
 def line(stage: str, category: str, extra: str = "") -> str:
     return f"Product subagent failure (product: Codex; stage: {stage}; category: {category}{extra})"
 
@@ -275,12 +288,8 @@ async def test_available_decisions(tmp_path: Path, offered: str, decision: str, 
 
 @pytest.mark.parametrize("offered", ['["accept"]', "[]", '"cancel"'])
 async def test_other_decision_lists_get_an_error_and_fail(tmp_path: Path, offered: str) -> None:
-    provider, log = standin(tmp_path, "approval", offered)
-    async with await provider.start(make_start_request(tmp_path, "task")) as run:
-        result = await run.result()
-    assert result.stop_reason is StopReason.ERROR
+    result, reply = await _refused(tmp_path, "approval", offered)
     assert result.diagnostic == line("turn", "unknown")
-    (reply,) = [r for r in replies(log) if r.get("id") == 0]
     assert reply["error"]["code"] == -32603
 
 
@@ -346,12 +355,8 @@ async def test_fixed_answers(
 
 @pytest.mark.parametrize("method", ["item/tool/call", "account/chatgptAuthTokens/refresh"])
 async def test_unknown_server_request_gets_32603_and_fails(tmp_path: Path, method: str) -> None:
-    provider, log = standin(tmp_path, "unknown_request", method)
-    async with await provider.start(make_start_request(tmp_path, "task")) as run:
-        result = await run.result()
-    assert result.stop_reason is StopReason.ERROR
+    result, reply = await _refused(tmp_path, "unknown_request", method)
     assert result.diagnostic == line("turn", "unknown")
-    (reply,) = [r for r in replies(log) if r.get("id") == 0]
     assert reply["error"] == {
         "code": -32603,
         "message": f'unsupported app-server request "{method}"',
@@ -359,11 +364,7 @@ async def test_unknown_server_request_gets_32603_and_fails(tmp_path: Path, metho
 
 
 async def test_misassociated_request_gets_32603_and_fails(tmp_path: Path) -> None:
-    provider, log = standin(tmp_path, "misassociated")
-    async with await provider.start(make_start_request(tmp_path, "task")) as run:
-        result = await run.result()
-    assert result.stop_reason is StopReason.ERROR
-    (reply,) = [r for r in replies(log) if r.get("id") == 0]
+    _, reply = await _refused(tmp_path, "misassociated")
     assert reply["error"]["code"] == -32603
 
 

@@ -13,7 +13,7 @@ from dsh.subagent import (
     TextBlock,
 )
 from dsh.subagent.kit import FailureFacts
-from dsh.subagent.testing import FakeProvider, FakeRun, run_provider_conformance
+from dsh.subagent.testing import BareRun, FakeProvider, FakeRun, run_provider_conformance
 
 
 def _request() -> SubagentStartRequest:
@@ -99,31 +99,8 @@ class _NoActivity(FakeProvider):
 
     async def start(self, request: ResolvedStartRequest) -> FakeRun:
         run = await super().start(request)
-        stampless = _Stampless(run)
+        stampless = BareRun(run)
         return stampless  # type: ignore[return-value]
-
-
-class _Stampless:
-    """Forwards the run's methods, and nothing else."""
-
-    def __init__(self, run: FakeRun) -> None:
-        self._run = run
-        self.id = run.id
-
-    async def result(self) -> SubagentResult:
-        return await self._run.result()
-
-    def cancel(self, reason: str | None = None) -> None:
-        self._run.cancel(reason)
-
-    async def aclose(self) -> None:
-        await self._run.aclose()
-
-    async def __aenter__(self) -> _Stampless:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
 
 class _Frozen:

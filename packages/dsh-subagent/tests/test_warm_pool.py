@@ -50,6 +50,16 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
+async def _one_idle_for_a() -> tuple[WarmPool[Warm], Warm]:
+    """A pool of one whose key is ``a``, filled: the pool and its idle object."""
+    pool = _pool(Maker())
+    await pool.take("a")
+    pool.replenish("a")
+    await _settle()
+    [warm] = pool.idle()
+    return pool, warm
+
+
 async def test_a_take_never_spawns_and_replenish_fills_up_to_size() -> None:
     maker = Maker()
     pool = _pool(maker, size=2)
@@ -98,12 +108,7 @@ async def test_a_pool_closed_at_once_leaves_no_result_unawaited() -> None:
 
 
 async def test_a_dead_idle_object_is_closed_not_handed_out() -> None:
-    maker = Maker()
-    pool = _pool(maker)
-    await pool.take("a")
-    pool.replenish("a")
-    await _settle()
-    [warm] = pool.idle()
+    pool, warm = await _one_idle_for_a()
     warm.alive = False
     assert await pool.take("a") is None
     await _settle()
@@ -113,12 +118,7 @@ async def test_a_dead_idle_object_is_closed_not_handed_out() -> None:
 
 
 async def test_a_new_key_closes_the_idle_ones() -> None:
-    maker = Maker()
-    pool = _pool(maker)
-    await pool.take("a")
-    pool.replenish("a")
-    await _settle()
-    [old] = pool.idle()
+    pool, old = await _one_idle_for_a()
     assert await pool.take("b") is None
     await _settle()
     assert old.closed

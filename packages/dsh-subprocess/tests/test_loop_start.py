@@ -26,10 +26,7 @@ from dsh.subprocess import _start_request as start_request_module
 from dsh.subprocess import _workers as workers_module
 from dsh.subprocess._spawner import GroupJoinFailed
 
-pytestmark = [
-    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only"),
-    pytest.mark.timeout(60),
-]
+pytestmark = [pytest.mark.linux_only, pytest.mark.timeout(60)]
 
 
 def _program(token: str) -> list[str]:

@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,24 +17,10 @@ from dsh.subprocess import _owned_dir as owned_dir_module
 from dsh.subprocess import _process as process_module
 from dsh.subprocess import _spawn as spawn_module
 
-pytestmark = [
-    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only"),
-    pytest.mark.timeout(60),
-]
+pytestmark = [pytest.mark.linux_only, pytest.mark.timeout(60)]
 
-# The program leaves an escapee in a session of its own, then exits at once. The escapee ignores
-# SIGTERM and writes into the owned dir after a moment (recreating it if it is gone), well inside
-# the grace, so a removal that did not wait for the whole tree leaves the dir behind.
-LATE_WRITER = (
-    "import os, signal, sys, time\n"
-    "if os.fork() == 0:\n"
-    "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-    "    os.setsid()\n"
-    "    time.sleep(0.3)\n"
-    "    os.makedirs(os.path.join(sys.argv[1], 'late'), exist_ok=True)\n"
-    "    os._exit(0)\n"
-    "print('forked', flush=True)\n"
-)
+# Leaves an escapee that writes into the owned dir after a moment, well inside the grace.
+LATE_WRITER = Path(__file__).parent / "programs" / "escapee.py"
 
 
 def present(path: Path) -> bool:
@@ -51,17 +38,11 @@ def owned(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def host_removals(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def host_removals(record_calls: Any) -> list[str]:
     """The removals the host's own process ran (each still really removes)."""
-    seen: list[str] = []
     real = owned_dir_module.remove_owned_dir
-
-    def recorded(path: str) -> None:
-        seen.append(path)
-        real(path)
-
-    monkeypatch.setattr(process_module, "remove_owned_dir", recorded)
-    return seen
+    removals: list[str] = record_calls(process_module, "remove_owned_dir", real, str)
+    return removals
 
 
 async def _spawn_late_writer(
@@ -69,7 +50,7 @@ async def _spawn_late_writer(
 ) -> process_module.ManagedProcess:
     proc = await runtime.spawn(
         SpawnSpec(
-            [sys.executable, "-c", LATE_WRITER, str(owned)], owned_dir=str(owned), grace_ms=5000
+            [sys.executable, str(LATE_WRITER), str(owned)], owned_dir=str(owned), grace_ms=5000
         )
     )
     assert proc.stdout is not None

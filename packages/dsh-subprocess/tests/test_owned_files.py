@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,10 +12,7 @@ from dsh.subprocess import Collect, SpawnError, SpawnSpec, SubprocessRuntime, ma
 from dsh.subprocess import _owned_dir as owned_dir_module
 from dsh.subprocess import _spawn as spawn_module
 
-pytestmark = [
-    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only"),
-    pytest.mark.timeout(60),
-]
+pytestmark = [pytest.mark.linux_only, pytest.mark.timeout(60)]
 
 # Prints what the program finds at start: the dir's mode, then each file's mode and content.
 INSPECT = (
@@ -28,30 +26,33 @@ INSPECT = (
 FILES = {"env.sh": b"unset SECRET\n", "note": b"hello"}
 
 
+@pytest.fixture(params=[True, False], ids=["supervised", "plain"])
+def supervised(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Each test runs with a supervisor and without (the fallback spawn)."""
+    on: bool = request.param
+    monkeypatch.setattr(spawn_module, "_SUPERVISED", on)
+    return on
+
+
 @pytest.fixture
-def host_makes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def host_makes(record_calls: Any) -> list[str]:
     """The owned dirs the host's own process made (each still really made)."""
-    seen: list[str] = []
-    real = owned_dir_module.make_owned_dir
 
-    def recorded(spec: SpawnSpec) -> None:
-        if spec.owned_files is not None:
-            seen.append(str(spec.owned_dir))
-        real(spec)
+    def made(spec: SpawnSpec) -> str | None:
+        return None if spec.owned_files is None else str(spec.owned_dir)
 
-    monkeypatch.setattr(spawn_module, "make_owned_dir", recorded)
-    return seen
+    makes: list[str] = record_calls(
+        spawn_module, "make_owned_dir", owned_dir_module.make_owned_dir, made
+    )
+    return makes
 
 
-@pytest.mark.parametrize("supervised", [True, False])
 async def test_the_program_starts_with_the_dir_and_its_files(
     runtime: SubprocessRuntime,
     tmp_path: Path,
     supervised: bool,
     host_makes: list[str],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(spawn_module, "_SUPERVISED", supervised)
     owned = tmp_path / "owned"
     spec = SpawnSpec(
         [sys.executable, "-c", INSPECT, str(owned)],
@@ -74,16 +75,13 @@ async def test_the_program_starts_with_the_dir_and_its_files(
     assert marked_processes(proc.tree_id) == []
 
 
-@pytest.mark.parametrize("supervised", [True, False])
 @pytest.mark.parametrize("planted", ["symlink", "directory"])
 async def test_something_already_at_the_path_fails_the_spawn_untouched(
     runtime: SubprocessRuntime,
     tmp_path: Path,
     supervised: bool,
     planted: str,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(spawn_module, "_SUPERVISED", supervised)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "keep").write_text("mine")
@@ -100,14 +98,11 @@ async def test_something_already_at_the_path_fails_the_spawn_untouched(
     assert (elsewhere / "keep").read_text() == "mine"
 
 
-@pytest.mark.parametrize("supervised", [True, False])
 async def test_a_failed_exec_removes_the_dir_it_made(
     runtime: SubprocessRuntime,
     tmp_path: Path,
     supervised: bool,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(spawn_module, "_SUPERVISED", supervised)
     owned = tmp_path / "owned"
     spec = SpawnSpec(["/nonexistent/program"], owned_dir=owned, owned_files=FILES)
     with pytest.raises(SpawnError, match="executable not found"):

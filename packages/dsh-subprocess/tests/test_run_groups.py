@@ -23,21 +23,10 @@ from dsh.subprocess import (
 )
 from dsh.subprocess import _cgroup as cgroup_module
 
-pytestmark = [
-    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only"),
-    pytest.mark.timeout(60),
-]
+pytestmark = [pytest.mark.linux_only, pytest.mark.timeout(60)]
 
-# The program leaves a session-leaving escapee that ignores SIGTERM and outlives it by 0.3 s.
-ESCAPEE = (
-    "import os, signal, time\n"
-    "if os.fork() == 0:\n"
-    "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-    "    os.setsid()\n"
-    "    time.sleep(0.3)\n"
-    "    os._exit(0)\n"
-    "print('forked', flush=True)\n"
-)
+# Leaves a session-leaving escapee that ignores SIGTERM and outlives it by 0.3 s.
+ESCAPEE = Path(__file__).parent / "programs" / "escapee.py"
 SLEEPER = "import time\nprint('ready', flush=True)\ntime.sleep(30)\n"
 
 
@@ -80,7 +69,7 @@ def _group_dir(proc: ManagedProcess) -> Path:
 async def test_without_limits_the_supervisor_removes_the_group_after_the_whole_tree(
     runtime: SubprocessRuntime, host_group_calls: list[str]
 ) -> None:
-    spec = SpawnSpec([sys.executable, "-c", ESCAPEE], grace_ms=5000)
+    spec = SpawnSpec([sys.executable, str(ESCAPEE)], grace_ms=5000)
     proc = await _started(runtime, spec, b"forked\n")
     group_dir = _group_dir(proc)
     await proc.wait()
@@ -97,7 +86,7 @@ async def test_without_limits_the_supervisor_removes_the_group_after_the_whole_t
 async def test_with_limits_the_host_reads_them_and_removes_the_group(
     runtime: SubprocessRuntime, host_group_calls: list[str]
 ) -> None:
-    spec = SpawnSpec([sys.executable, "-c", ESCAPEE], grace_ms=5000, limits=Limits(tasks=64))
+    spec = SpawnSpec([sys.executable, str(ESCAPEE)], grace_ms=5000, limits=Limits(tasks=64))
     proc = await _started(runtime, spec, b"forked\n")
     group_dir = _group_dir(proc)
     await proc.aclose()

@@ -25,7 +25,7 @@ from dsh.subprocess import _procfs as procfs_module
 from dsh.subprocess import _spawn as spawn_module
 from dsh.subprocess import _spawner as spawner_module
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+pytestmark = pytest.mark.linux_only
 
 # The child leaves its session with a grandchild that has an empty environment, then exits.
 ESCAPE = (

@@ -7,8 +7,7 @@ No product and no framework runs here; the adapters drive the real products in
 from __future__ import annotations
 
 import asyncio
-import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,15 +50,6 @@ def bg(label: str) -> dict[str, Any]:
     return {"description": label, "prompt": "p", "run_in_background": True}
 
 
-def started_id(started: ToolResult) -> str:
-    """The id a background start returned: its text names it, and its value carries it."""
-    match = re.fullmatch(r"started background subagent job (subagent-[0-9a-f]{12})", started.text)
-    assert not started.is_error, started.text
-    assert match is not None, started.text
-    assert started.value == {"job_id": match.group(1)}
-    return match.group(1)
-
-
 def test_the_instructions_text_is_exact_and_names_every_job_tool() -> None:
     # Model-visible: the job tools' clauses come from their classes (JOB_TOOLS_GUIDE).
     assert instructions_for(make_harness(FakeProvider())) == (
@@ -97,7 +87,9 @@ async def test_a_tool_that_raises_gives_only_its_exception_type() -> None:
     assert result == ToolResult(text="tool explode failed: RuntimeError", is_error=True)
 
 
-async def test_a_notice_rides_on_the_next_result_once_after_a_blank_line() -> None:
+async def test_a_notice_rides_on_the_next_result_once_after_a_blank_line(
+    started_id: Callable[[ToolResult], str],
+) -> None:
     harness = make_harness(FakeProvider("fake", delay=0.0))
     async with harness, AgentSession(harness) as session:
         started = await session.call("subagent_fake", bg("one"))
@@ -116,7 +108,9 @@ async def test_a_notice_rides_on_the_next_result_once_after_a_blank_line() -> No
     assert second.text == listing
 
 
-async def test_sessions_are_separate_owners_and_closing_one_ends_only_its_jobs() -> None:
+async def test_sessions_are_separate_owners_and_closing_one_ends_only_its_jobs(
+    started_id: Callable[[ToolResult], str],
+) -> None:
     provider = FakeProvider("fake", delay=None)  # runs until cancelled
     async with make_harness(provider) as harness:
         mine, other = AgentSession(harness), AgentSession(harness)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import os
 from typing import Any
 
@@ -11,10 +10,8 @@ import pytest
 from dsh.subagent.kit import FailureFacts
 from dsh.subagent.testing import FakeProvider
 from dsh.subprocess import is_credential_env
-from dsh.tool_subagent import Harness
 from dsh.tool_subagent import _harness as harness_module
 from dsh.tool_subagent._auth_hint import auth_hint
-from dsh.tool_subagent._cli import run_command
 
 HINT = (
     'dsh run: hint: OPENAI_API_KEY set in this environment but not passed to provider "fake"; '
@@ -36,23 +33,12 @@ def only_one_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-value-never-shown")
 
 
-async def _run(outcome: str, background: bool = False) -> tuple[int, str, str]:
-    profile = {
-        "provider": [{"kind": "fake", "config": {"outcome": outcome}}],
-        "tool": [{"provider": "fake", "max_depth": "provider-managed"}],
-    }
-    out, err = io.StringIO(), io.StringIO()
-    async with Harness.from_profile(profile) as harness:
-        rc = await run_command(
-            harness, "task", cwd="/tmp", background=background, stdout=out, stderr=err
-        )
-    return rc, out.getvalue(), err.getvalue()
-
-
 @pytest.mark.usefixtures("only_one_key")
 @pytest.mark.parametrize("background", [False, True])
-async def test_an_authentication_failure_names_the_unforwarded_key(background: bool) -> None:
-    rc, out, err = await _run("authentication", background)
+async def test_an_authentication_failure_names_the_unforwarded_key(
+    background: bool, run_fake: Any
+) -> None:
+    rc, out, err, _ = await run_fake("authentication", "task", background)
     assert rc == 1
     assert out == ""
     lines = err.strip().splitlines()
@@ -62,8 +48,8 @@ async def test_an_authentication_failure_names_the_unforwarded_key(background: b
 
 
 @pytest.mark.usefixtures("only_one_key")
-async def test_no_hint_for_other_failures() -> None:
-    _, _, err = await _run("internalServerError")
+async def test_no_hint_for_other_failures(run_fake: Any) -> None:
+    _, _, err, _ = await run_fake("internalServerError")
     assert "hint" not in err
 
 

@@ -223,25 +223,19 @@ async def test_default_profile_has_every_installed_kind_and_the_job_stack() -> N
         ("refusal", False, 1),
     ],
 )
-async def test_run_command_exit_codes(outcome: str, background: bool, code: int) -> None:
-    profile = {
-        "provider": [{"kind": "fake", "config": {"outcome": outcome}}],
-        "tool": [{"provider": "fake", "max_depth": "provider-managed"}],
-    }
-    out, err = io.StringIO(), io.StringIO()
-    async with Harness.from_profile(profile) as harness:
-        rc = await run_command(
-            harness, "the task text", cwd="/tmp", background=background, stdout=out, stderr=err
-        )
-        assert harness.describe()["starts"] == 1
+async def test_run_command_exit_codes(
+    outcome: str, background: bool, code: int, run_fake: Any
+) -> None:
+    rc, out, err, starts = await run_fake(outcome, "the task text", background)
+    assert starts == 1
     assert rc == code
     if code == 0:
-        assert out.getvalue() == "the task text\n"  # --background ends it the same way
+        assert out == "the task text\n"  # --background ends it the same way
     elif outcome == "error":
-        assert out.getvalue() == ""
-        assert "Product subagent failure (product: Codex; stage: turn" in err.getvalue()
+        assert out == ""
+        assert "Product subagent failure (product: Codex; stage: turn" in err
     else:
-        assert err.getvalue().strip() == "subagent declined the task"
+        assert err.strip() == "subagent declined the task"
 
 
 @pytest.mark.usefixtures("fake_kind")

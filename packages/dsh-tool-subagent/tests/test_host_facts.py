@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import re
+from collections.abc import Callable
 from typing import Any
 
 from dsh.jobs import JobRegistry, JobSnapshot, JobStatus
@@ -34,15 +34,6 @@ def mount(provider: FakeProvider) -> tuple[SubagentTool, JobRegistry]:
     jobs = JobRegistry()
     config = SubagentToolConfig(provider=provider.name, max_depth="provider-managed")
     return SubagentTool(config, service, jobs), jobs
-
-
-def started_id(started: ToolResult) -> str:
-    """The id a background start returned: its text names it, and its value carries it."""
-    match = re.fullmatch(r"started background subagent job (subagent-[0-9a-f]{12})", started.text)
-    assert not started.is_error, started.text
-    assert match is not None, started.text
-    assert started.value == {"job_id": match.group(1)}
-    return match.group(1)
 
 
 def assert_timings(timings: dict[str, float], *, start: float, answer: float) -> None:
@@ -79,7 +70,9 @@ async def test_a_run_without_usage_still_has_timings() -> None:
     assert "usage" not in from_tool_result(result, 1.0, 0).to_json()
 
 
-async def test_a_background_job_keeps_the_facts_for_the_host() -> None:
+async def test_a_background_job_keeps_the_facts_for_the_host(
+    started_id: Callable[[ToolResult], str],
+) -> None:
     tool, jobs = mount(reporting(start_delay=0.02, delay=0.05))
     async with jobs:
         started = await tool.call(
@@ -102,7 +95,9 @@ async def test_a_background_job_keeps_the_facts_for_the_host() -> None:
         )
 
 
-async def test_a_failed_and_a_killed_background_run_keep_their_facts() -> None:
+async def test_a_failed_and_a_killed_background_run_keep_their_facts(
+    started_id: Callable[[ToolResult], str],
+) -> None:
     error = SubagentResult(StopReason.ERROR, (), "a safe diagnostic")
     tool, jobs = mount(reporting(result=error, delay=0.02))
     async with jobs:

@@ -15,7 +15,7 @@ import pytest
 
 from dsh.jobs import JobRegistry
 from dsh.subagent import ResolvedStartRequest, SubagentService
-from dsh.subagent.testing import FakeProvider, FakeRun
+from dsh.subagent.testing import BareRun, FakeProvider, FakeRun
 from dsh.tool_subagent import Caller, Harness, SubagentTool, SubagentToolConfig, ToolResult
 from dsh.tool_subagent._cli import main
 from dsh.tool_subagent._limits import DEFAULT_STALL_TIMEOUT_S, limit_text
@@ -52,28 +52,7 @@ class Stampless(FakeProvider):
 
     async def start(self, request: ResolvedStartRequest) -> Any:
         run = await super().start(request)
-        return _Forward(run)
-
-
-class _Forward:
-    def __init__(self, run: FakeRun) -> None:
-        self._run = run
-        self.id = run.id
-
-    async def result(self) -> Any:
-        return await self._run.result()
-
-    def cancel(self, reason: str | None = None) -> None:
-        self._run.cancel(reason)
-
-    async def aclose(self) -> None:
-        await self._run.aclose()
-
-    async def __aenter__(self) -> _Forward:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+        return BareRun(run)
 
 
 def mount(provider: FakeProvider, **limits: Any) -> SubagentTool:
@@ -123,6 +102,15 @@ def test_dsh_run_rejects_a_bad_stall_timeout(
     assert "--stall-timeout" in capsys.readouterr().err
 
 
+def _stopped(why: str, limit: str) -> ToolResult:
+    """What the model gets when ``limit`` stopped a run: ``why``, the limit named, an error."""
+    return ToolResult(
+        text=f"subagent run stopped: {why} ({limit})",
+        is_error=True,
+        value={"stop_reason": "aborted", "diagnostic": None, "limit": limit},
+    )
+
+
 # ---- the watchdog ---------------------------------------------------------------------------
 
 
@@ -130,11 +118,7 @@ async def test_a_silent_run_is_stopped_with_the_fixed_text() -> None:
     provider = Talking("fake", delay=None, every=None)
     tool = mount(provider, stall_timeout_s=0.2)
     result = await asyncio.wait_for(tool.call(ARGS, CALLER), 5)
-    assert result == ToolResult(
-        text="subagent run stopped: no product activity for 0.2 s (stall_timeout_s)",
-        is_error=True,
-        value={"stop_reason": "aborted", "diagnostic": None, "limit": "stall_timeout_s"},
-    )
+    assert result == _stopped("no product activity for 0.2 s", "stall_timeout_s")
     [run] = provider.runs
     assert run.closed
     assert run.cancel_reasons[0] == result.text
@@ -196,9 +180,5 @@ async def test_the_wall_clock_counts_the_start_too() -> None:
     provider = FakeProvider("slow-start", start_delay=30.0)
     tool = mount(provider, timeout_s=0.2)
     result = await asyncio.wait_for(tool.call(ARGS, CALLER), 5)
-    assert result == ToolResult(
-        text="subagent run stopped: wall-clock limit of 0.2 s reached (timeout_s)",
-        is_error=True,
-        value={"stop_reason": "aborted", "diagnostic": None, "limit": "timeout_s"},
-    )
+    assert result == _stopped("wall-clock limit of 0.2 s reached", "timeout_s")
     assert provider.runs == []  # never published

@@ -425,20 +425,17 @@ async def test_tools_carry_behaviour_annotations() -> None:
         hints = listed[name]
         assert hints is not None
         assert hints.read_only_hint is True, name  # Codex runs these without approval
-    kill = listed["job_kill"]
-    assert kill is not None
-    assert (kill.read_only_hint, kill.destructive_hint, kill.idempotent_hint) == (
-        False,
-        True,
-        True,
-    )
+
+    def flags(name: str) -> tuple[bool | None, bool | None, bool | None]:
+        """The tool's read-only, destructive and idempotent hints."""
+        found = listed[name]
+        assert found is not None
+        return (found.read_only_hint, found.destructive_hint, found.idempotent_hint)
+
+    assert flags("job_kill") == (False, True, True)
+    assert flags("subagent_fake") == (False, True, False)
     delegate = listed["subagent_fake"]
     assert delegate is not None
-    assert (delegate.read_only_hint, delegate.destructive_hint, delegate.idempotent_hint) == (
-        False,
-        True,
-        False,
-    )
     assert delegate.open_world_hint is True
 
 

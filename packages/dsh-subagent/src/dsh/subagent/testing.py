@@ -8,13 +8,23 @@ scripts with: ``queue(*replies, match=...)``, ``route=``, ``default=``, ``reques
 ``wait_for_requests``, ``release_stalls``; a third-party provider's fake server builds on it too.
 ``start_request`` builds the request a provider's ``start()`` receives; each product provider's
 ``testing`` module wraps it as ``make_start_request`` with its own descriptor name.
+``result_of`` starts one run, waits for its result and closes it. ``INVALID_BASE_FIELDS`` lists
+values every provider config must reject in the fields ``ProviderConfigBase`` gives it.
+``decoy_program`` plants a product command that only leaves evidence that it ran, for a test that
+a provider never runs a host's own copy of its product. ``BareRun`` wraps a run and forwards only
+the ``SubagentRun`` protocol, as a run of a provider written before the optional activity stamp.
+``demo_plan`` loads a provider's demo plan through its entry point, as ``dsh demo`` does.
 """
 
 from __future__ import annotations
 
+from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Self
 
 from dsh.subagent._conformance import ConformanceReport, run_provider_conformance
+from dsh.subagent._demo import DemoPlan
+from dsh.subagent._discovery import PROVIDER_ENTRY_POINT_GROUP
 from dsh.subagent._fake import FakeProvider, FakeRun
 from dsh.subagent._model_script import (
     MAX_RECORDED_REQUESTS,
@@ -22,19 +32,93 @@ from dsh.subagent._model_script import (
     ModelRequest,
     ScriptedModelServer,
 )
-from dsh.subagent._types import Descriptor, Parent, ResolvedStartRequest, TextBlock
+from dsh.subagent._types import (
+    Descriptor,
+    Parent,
+    ResolvedStartRequest,
+    SubagentProvider,
+    SubagentResult,
+    SubagentRun,
+    TextBlock,
+)
 
 __all__ = [
+    "INVALID_BASE_FIELDS",
     "MAX_RECORDED_REQUESTS",
     "NO_REPLY_MESSAGE",
+    "BareRun",
     "ConformanceReport",
     "FakeProvider",
     "FakeRun",
     "ModelRequest",
     "ScriptedModelServer",
+    "decoy_program",
+    "demo_plan",
+    "result_of",
     "run_provider_conformance",
     "start_request",
 ]
+
+#: Values of the fields ``ProviderConfigBase`` gives every provider config that the config must
+#: reject, each with the field its error names; a provider's tests add its own fields' cases.
+INVALID_BASE_FIELDS: tuple[tuple[dict[str, object], str], ...] = (
+    ({"provider_name": ""}, "provider_name"),
+    ({"provider_name": "  "}, "provider_name"),
+    ({"model": ""}, "model"),
+    ({"dispose_grace_ms": 0}, "dispose_grace_ms"),
+    ({"dispose_grace_ms": 2147483648}, "dispose_grace_ms"),
+    ({"nice": -1}, "nice"),
+    ({"nice": 20}, "nice"),
+    ({"env_policy": "all"}, "env_policy"),
+    ({"credential_env": ["A=B"]}, "credential_env"),
+    ({"tool_env": [""]}, "tool_env"),
+)
+
+
+class BareRun:
+    """Forwards the ``SubagentRun`` protocol of the run it wraps (``id``, ``result()``,
+    ``cancel()``, ``aclose()``, ``async with``) and nothing else: no ``last_activity``, no
+    ``first_activity``, no ``usage``, as a run of a provider written before them."""
+
+    def __init__(self, run: SubagentRun) -> None:
+        self._run = run
+        self.id = run.id
+
+    async def result(self) -> SubagentResult:
+        return await self._run.result()
+
+    def cancel(self, reason: str | None = None) -> None:
+        self._run.cancel(reason)
+
+    async def aclose(self) -> None:
+        await self._run.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def demo_plan(kind: str) -> DemoPlan:
+    """The plan the ``demo()`` hook of provider ``kind`` returns, reached as ``dsh demo`` reaches
+    it: through its entry point (``dsh.subagent.providers``)."""
+    (entry,) = [e for e in entry_points(group=PROVIDER_ENTRY_POINT_GROUP) if e.name == kind]
+    plan = entry.load().demo()
+    assert isinstance(plan, DemoPlan), plan
+    return plan
+
+
+def decoy_program(directory: Path, name: str) -> tuple[Path, Path]:
+    """An executable ``directory/bin/<name>`` that only creates ``directory/<name>-ran``: the
+    ``bin`` directory (to put first on ``PATH``) and that evidence file, which must stay absent."""
+    bindir = directory / "bin"
+    bindir.mkdir()
+    evidence = directory / f"{name}-ran"
+    program = bindir / name
+    program.write_text(f"#!/bin/sh\ntouch '{evidence}'\n")
+    program.chmod(0o755)
+    return bindir, evidence
 
 
 def start_request(
@@ -46,3 +130,13 @@ def start_request(
         parent=Parent(session_id=session_id, cwd=None if cwd is None else str(cwd)),
         descriptor=Descriptor(provider=provider),
     )
+
+
+async def result_of(provider: SubagentProvider, request: ResolvedStartRequest) -> SubagentResult:
+    """Start one run of ``provider``, wait for its result, and close the run (also when the wait
+    is cancelled or times out)."""
+    run = await provider.start(request)
+    try:
+        return await run.result()
+    finally:
+        await run.aclose()

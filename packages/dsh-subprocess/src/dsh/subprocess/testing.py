@@ -4,16 +4,21 @@
 ``describe_processes`` turns the pids a leak guard found into lines that say what leaked (name,
 state, parent, the start of its command line, its tree marker), so a rare leak in CI can be
 traced from the failure message alone. Test-only: the lines may hold paths and arguments.
+``run_to_exit`` runs one program to the exit of its whole tree and returns what it printed
+(``Finished``), for a test that drives a command. ``processes_naming`` finds live processes by
+what they name (Linux), without reading any of dsh's own markers or records.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import tempfile
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -21,16 +26,59 @@ import psutil
 from dsh.subprocess._marker import parse_marker
 from dsh.subprocess._orphans import marked_processes
 from dsh.subprocess._procfs import TREE_MARKER_ENV, live_thread, scan
+from dsh.subprocess._runtime import default_runtime
 from dsh.subprocess._spawner import SPAWNER_SCRIPT_NAME
+from dsh.subprocess._spec import Collect, SpawnSpec
 
 __all__ = [
+    "Finished",
     "SessionProcesses",
     "check_no_leaks",
     "describe_processes",
+    "processes_naming",
+    "run_to_exit",
     "spawner_processes",
 ]
 
 _START_TOLERANCE_S = 1.0
+_COLLECT_BYTES = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """How a program run by :func:`run_to_exit` ended: its exit code (``None`` when a signal
+    ended it), the text it printed (the last 64 KiB of each stream) and its pid."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    pid: int
+
+
+async def run_to_exit(
+    argv: Sequence[str],
+    *,
+    cwd: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str | None] | None = None,
+    timeout_s: float | None = None,
+) -> Finished:
+    """Spawn ``argv`` on the default runtime, wait (at most ``timeout_s``; ``TimeoutError``
+    past it) until its whole tree has exited, and close it, also when the wait fails."""
+    spec = SpawnSpec(
+        argv=argv,
+        cwd=cwd,
+        env=env or {},
+        stdout=Collect(_COLLECT_BYTES),
+        stderr=Collect(_COLLECT_BYTES),
+    )
+    proc = await default_runtime().spawn(spec)
+    try:
+        async with asyncio.timeout(timeout_s):
+            outcome = await proc.wait()
+    finally:
+        await proc.aclose()
+    out, err = proc.collected("stdout").text, proc.collected("stderr").text
+    return Finished(outcome.exit_code, out, err, proc.pid)
 
 
 def describe_processes(pids: list[int]) -> list[str]:
@@ -62,6 +110,27 @@ def describe_processes(pids: list[int]) -> list[str]:
         except (psutil.Error, OSError):
             lines.append(f"{pid} (gone)")
     return lines
+
+
+def processes_naming(needle: str) -> list[int]:
+    """Live, non-zombie pids (this process left out) whose command line, environment or working
+    directory holds ``needle``: a walk of ``/proc`` that reads no dsh marker or record."""
+    found = []
+    for pid_dir in Path("/proc").iterdir():
+        if not pid_dir.name.isdigit() or int(pid_dir.name) == os.getpid():
+            continue
+        try:
+            state = (pid_dir / "stat").read_text().rpartition(")")[2].split()[0]
+            texts = [
+                (pid_dir / "cmdline").read_bytes().decode(errors="replace"),
+                (pid_dir / "environ").read_bytes().decode(errors="replace"),
+                str((pid_dir / "cwd").readlink()),
+            ]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and any(needle in text for text in texts):
+            found.append(int(pid_dir.name))
+    return found
 
 
 def _from_thread(pid: int, tid: int) -> tuple[str, str]:

@@ -298,8 +298,11 @@ class SubagentTool(ToolBase[Caller]):
         return await super().call(arguments, caller)
 
     async def _call(self, arguments: Mapping[str, Any], caller: Caller) -> ToolResult:
-        # The mapping passed the input schema, the model-visible part of the arguments model.
-        return await self._delegate(self.arguments_model.model_validate(arguments), caller)
+        # The mapping passed the input schema, which is the model-visible part of the arguments
+        # model with its constraints, so it is not validated twice. (pydantic would also refuse
+        # a prompt holding an unpaired surrogate, which json.loads accepts, with its own line;
+        # the provider's request check refuses it with the product's, before any spawn.)
+        return await self._delegate(self.arguments_model.model_construct(**arguments), caller)
 
     async def delegate(
         self, arguments: DelegationArguments | Mapping[str, Any], caller: Caller
