@@ -96,3 +96,18 @@ async def test_user_method_measures_claude_code_against_both_sdk_sides(
         for suffix, side in (("", "sdk"), ("_to_sdk_stream", "sdk_stream")):
             expected = dsh / claude[f"{side}_{metric}_ms"]
             assert claude[f"{metric}_ratio{suffix}_of_medians"] == pytest.approx(expected, rel=0.02)
+
+
+@pytest.mark.timeout(60)
+async def test_the_caps_and_queue_benchmark_prints_every_variant() -> None:
+    import sys
+
+    from dsh.subprocess.testing import run_to_exit
+
+    script = Path(__file__).parent / "benchmarks" / "fair_queue.py"
+    ran = await run_to_exit(
+        [sys.executable, str(script), "--runs", "40", "--rounds", "1"], timeout_s=50
+    )
+    assert ran.exit_code == 0, ran.stderr[-2000:]
+    printed = [line.split()[0] for line in ran.stdout.splitlines()[1:]]
+    assert printed == ["none", "caps", "free", "full"]

@@ -22,6 +22,7 @@ from dsh.subagent_claude_code.testing import FakeMessagesServer
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex.testing import (
     SAMPLE_USAGE,
+    SAMPLE_USAGE_FACTS,
     FakeResponsesServer,
     HttpStatus,
     Stall,
@@ -29,6 +30,7 @@ from dsh.subagent_codex.testing import (
     write_codex_home,
 )
 from dsh.subprocess import Collect, SpawnSpec, default_runtime
+from dsh.subprocess.testing import Finished, run_to_exit
 from dsh.tool_subagent._demo.scenarios import owned_marked_processes
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
@@ -44,12 +46,7 @@ class Setup:
     claude: FakeMessagesServer
 
 
-@dataclass
-class Ran:
-    exit_code: int | None
-    stdout: str
-    stderr: str
-    pid: int
+Ran = Finished
 
 
 def _toml_table(name: str, values: dict[str, str]) -> str:
@@ -83,22 +80,8 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
 
 async def _dsh(setup: Setup, *args: str, env: dict[str, str] | None = None) -> Ran:
     argv = [sys.executable, "-m", "dsh.tool_subagent._cli", "run", "--profile", str(setup.profile)]
-    spec = SpawnSpec(
-        argv=[*argv, "--cwd", str(setup.workspace), *args],
-        cwd=str(setup.workspace),
-        env=env or {},
-        stdout=Collect(1 << 16),
-        stderr=Collect(1 << 16),
-    )
-    proc = await default_runtime().spawn(spec)
-    try:
-        async with asyncio.timeout(RUN_LIMIT_S):
-            outcome = await proc.wait()
-    finally:
-        await proc.aclose()
-    return Ran(
-        outcome.exit_code, proc.collected("stdout").text, proc.collected("stderr").text, proc.pid
-    )
+    argv += ["--cwd", str(setup.workspace), *args]
+    return await run_to_exit(argv, cwd=setup.workspace, env=env, timeout_s=RUN_LIMIT_S)
 
 
 async def _left_by(pid: int) -> list[int]:
@@ -134,14 +117,7 @@ async def test_dsh_run_background_json_carries_the_jobs_usage_facts(setup: Setup
     assert re.fullmatch(r"subagent-[0-9a-f]{12}", report["job_id"]), report["job_id"]
     # The job's host-only facts, measured where the job ran: the server's counts, and dsh's
     # stamps of every stage.
-    assert {k: v for k, v in report["usage"].items() if k != "context_window"} == {
-        "input_tokens": 1000,
-        "cached_input_tokens": 200,
-        "output_tokens": 30,
-        "reasoning_output_tokens": 7,
-        "total_tokens": 1030,
-        "model_requests": 1,
-    }
+    assert {k: v for k, v in report["usage"].items() if k != "context_window"} == SAMPLE_USAGE_FACTS
     assert list(report["timings"]) == ["started_s", "first_activity_s", "answer_s", "tree_exit_s"]
 
 

@@ -20,7 +20,7 @@ import pytest
 from rich.console import Console
 
 from dsh.subagent import DemoPlan, DemoScenario
-from dsh.subprocess import Collect, SpawnSpec, default_runtime
+from dsh.subprocess.testing import run_to_exit
 from dsh.tool_subagent._demo import command as demo
 from dsh.tool_subagent._demo.scenarios import owned_marked_processes
 from dsh.tool_subagent._known_providers import KNOWN_PROVIDERS, KnownProvider, load_provider
@@ -112,22 +112,15 @@ async def test_dsh_demo_exits_0_with_every_scenario_behaving(tmp_path: Path) -> 
     # the shared one, and they are not this demo's leftovers.
     temp = tmp_path / "tmp"
     temp.mkdir()
-    spec = SpawnSpec(
-        argv=[sys.executable, "-m", "dsh.tool_subagent._cli", "demo"],
-        env={"COLUMNS": "250", "TMPDIR": str(temp)},
-        stdout=Collect(1 << 16),
-        stderr=Collect(1 << 16),
-    )
     began = time.monotonic()
-    proc = await default_runtime().spawn(spec)
-    try:
-        async with asyncio.timeout(DEMO_LIMIT_S):
-            outcome = await proc.wait()
-    finally:
-        await proc.aclose()
+    ran = await run_to_exit(
+        [sys.executable, "-m", "dsh.tool_subagent._cli", "demo"],
+        env={"COLUMNS": "250", "TMPDIR": str(temp)},
+        timeout_s=DEMO_LIMIT_S,
+    )
     elapsed = time.monotonic() - began
-    out, err = proc.collected("stdout").text, proc.collected("stderr").text
-    assert outcome.exit_code == 0, out + err
+    out, err = ran.stdout, ran.stderr
+    assert ran.exit_code == 0, out + err
     assert elapsed < DEMO_LIMIT_S
     assert err == ""
     lines = out.splitlines()
@@ -150,7 +143,7 @@ async def test_dsh_demo_exits_0_with_every_scenario_behaving(tmp_path: Path) -> 
         summary,
     ), summary
     assert _dsh_dirs(temp) == []
-    assert await asyncio.to_thread(owned_marked_processes, proc.pid) == []
+    assert await asyncio.to_thread(owned_marked_processes, ran.pid) == []
 
 
 # A partial install runs the installed half (issue 15); only an install with no provider stops

@@ -67,21 +67,28 @@ def test_doctor_says_which_containment_layers_are_active_and_why_not(
 
 def _pinned_rows() -> set[tuple[str, ...]]:
     """The exact rows of the two shipped products (their pins and credential names)."""
-    codex, claude = "dsh-subagent-codex", "dsh-subagent-claude-code"
-    return {
-        ("codex", "package", f"{codex} {version(codex)}", "yes"),
-        ("codex", "Codex version", "0.163.0", "yes"),
-        ("codex", "Codex payload", "present and executable", "yes"),
-        ("codex", "isolation", "native", "yes"),
-        ("codex", "credential variables", "none", "yes"),
-        ("codex", "login file", "exists", "yes"),
-        ("claude-code", "package", f"{claude} {version(claude)}", "yes"),
-        ("claude-code", "claude-agent-sdk version", "0.2.189", "yes"),
-        ("claude-code", "Claude Code payload", "present and executable", "yes"),
-        ("claude-code", "isolation", "native", "yes"),
-        ("claude-code", "credential variables", "ANTHROPIC_API_KEY", "yes"),
-        ("claude-code", "login file", "absent", "yes"),
-    }
+    facts = (  # kind, product pin row, payload row, credential variables, login file
+        ("codex", ("Codex version", "0.163.0"), "Codex payload", "none", "exists"),
+        (
+            "claude-code",
+            ("claude-agent-sdk version", "0.2.189"),
+            "Claude Code payload",
+            "ANTHROPIC_API_KEY",
+            "absent",
+        ),
+    )
+    rows: set[tuple[str, ...]] = set()
+    for kind, pin, payload, credentials, login in facts:
+        distribution = f"dsh-subagent-{kind}"
+        rows |= {
+            (kind, "package", f"{distribution} {version(distribution)}", "yes"),
+            (kind, *pin, "yes"),
+            (kind, payload, "present and executable", "yes"),
+            (kind, "isolation", "native", "yes"),
+            (kind, "credential variables", credentials, "yes"),
+            (kind, "login file", login, "yes"),
+        }
+    return rows
 
 
 def test_doctor_reports_every_product_of_the_table_healthy(

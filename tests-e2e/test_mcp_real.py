@@ -29,6 +29,7 @@ import psutil
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 
+from dsh.subagent.testing import TYPED_SCHEMA, TYPED_VALUE
 from dsh.subagent_claude_code.testing import Behaviour, FakeMessagesServer, host_tmp
 from dsh.subagent_claude_code.testing import RecordedRequest as ClaudeRequest
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
@@ -36,6 +37,7 @@ from dsh.subagent_codex.testing import (
     FAKE_API_KEY,
     FAKE_KEY_ENV,
     SAMPLE_USAGE,
+    SAMPLE_USAGE_FACTS,
     FakeResponsesServer,
     FunctionCallItem,
     HttpStatus,
@@ -94,6 +96,9 @@ def codex_route(request: RecordedRequest) -> Reply | HttpStatus | Stall | None:
         return HttpStatus(500, {"error": {"message": CANARY}})
     if task.startswith("STALL"):
         return Stall(seconds=60.0)
+    if task.startswith("LOOP"):  # an endless tool loop: every response calls a command
+        call = {"cmd": "true", "login": False, "yield_time_ms": 20000}
+        return Reply((FunctionCallItem("exec_command", call),))
     return Reply((MessageItem(f"codex says: {task}"),))
 
 
@@ -294,14 +299,7 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
         # The text above is unchanged; the host-only usage facts ride in ``_meta``.
         assert client.last_meta is not None
         codex_usage = client.last_meta["dsh/usage"]
-        assert {k: v for k, v in codex_usage.items() if k != "context_window"} == {
-            "input_tokens": 1000,
-            "cached_input_tokens": 200,
-            "output_tokens": 30,
-            "reasoning_output_tokens": 7,
-            "total_tokens": 1030,
-            "model_requests": 1,
-        }
+        assert {k: v for k, v in codex_usage.items() if k != "context_window"} == SAMPLE_USAGE_FACTS
         assert_run_timings(client.last_meta["dsh/timings"])
         claude_fg = await client.call(
             "subagent_claude_code", {"description": "fg claude", "prompt": "FG claude task"}
@@ -866,15 +864,6 @@ async def test_claude_code_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_r
     assert await settle_ours(tmp_path) == []
 
 
-TYPED_SCHEMA = {
-    "type": "object",
-    "properties": {"failing": {"type": "array", "items": {"type": "string"}}},
-    "required": ["failing"],
-    "additionalProperties": False,
-}
-TYPED_VALUE = {"failing": ["test_a", "test_b ✓"]}
-
-
 @pytest.mark.timeout(240)
 async def test_claude_code_as_mcp_host_receives_a_typed_tools_json(
     tmp_path: Path, workspace: Path, servers: Servers
@@ -967,6 +956,27 @@ async def test_requests_pending_at_stdin_eof_are_answered_and_a_jobs_only_profil
     ]
     assert answers[3]["result"]["content"] == [{"type": "text", "text": "(no background jobs)"}]
     assert "the profile serves no delegation tool" in err
+
+
+async def test_a_tools_token_cap_stops_a_codex_tool_loop_served_over_mcp(
+    tmp_path: Path, workspace: Path, servers: Servers
+) -> None:
+    # Each response reports 1,100 tokens: the 5,000-token cap of the profile's tool is crossed
+    # by the 5th; the run stops there, tree exit first, and the host facts say what it spent.
+    servers.codex.usage = {"input_tokens": 1000, "output_tokens": 100, "total_tokens": 1100}
+    loopback = servers.loopback
+    capped = {"provider": "codex", "tool_name": "capped", "max_total_tokens": 5000}
+    settings = {"permission_mode": "dangerously-bypass-approvals-and-sandbox"}
+    profile = loopback.write(loopback.profile(codex=settings, tool=[capped]))
+    async with mcp_client(profile, workspace) as client:
+        text, is_error = await client.call("capped", {"description": "loop", "prompt": "LOOP"})
+        assert (text, is_error) == (
+            "subagent run stopped: 5000 tokens spent (max_total_tokens)",
+            True,
+        )
+        assert client.last_meta is not None
+        assert 5500 <= client.last_meta["dsh/usage"]["total_tokens"] <= 6600
+        assert await settle_ours(tmp_path) == []  # the Codex tree is gone; the server serves on
 
 
 @pytest.mark.timeout(180)

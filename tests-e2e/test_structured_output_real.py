@@ -20,6 +20,7 @@ import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 
+from dsh.subagent.testing import TYPED_SCHEMA, TYPED_VALUE
 from dsh.tool_subagent import Caller, ToolResult
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(180)]
@@ -27,13 +28,7 @@ pytestmark = [pytest.mark.real_product, pytest.mark.timeout(180)]
 CODEX, CLAUDE = "codex", "claude-code"
 TOOLS = {CODEX: "typed_codex", CLAUDE: "typed_claude_code"}
 PRODUCTS = {CODEX: "Codex", CLAUDE: "Claude Code"}
-SCHEMA = {
-    "type": "object",
-    "properties": {"failing": {"type": "array", "items": {"type": "string"}}},
-    "required": ["failing"],
-    "additionalProperties": False,
-}
-VALUE = {"failing": ["test_a", "test_b ✓"]}
+SCHEMA, VALUE = TYPED_SCHEMA, TYPED_VALUE
 COMPACT = '{"failing":["test_a","test_b ✓"]}'
 SECRET = "typed-secret-answer-8c1d"
 DSH = Path(sys.executable).with_name("dsh")

@@ -112,25 +112,55 @@ def _dsh_subprocess_points(tracer: Tracer) -> Iterator[None]:
         tracer.undo()
 
 
-def _codex_points(tracer: Tracer) -> None:
-    from dsh.subagent_codex import _provider, _run
+#: Each product's trace points: ``(module, class or None, callable, label, entry)``.
+_POINTS: dict[str, tuple[tuple[str, str | None, str, str, bool], ...]] = {
+    "codex": (
+        ("dsh.subagent_codex._provider", None, "reap_orphans_once", "orphan check done", True),
+        ("dsh.subagent_codex._run", "CodexRun", "initialize", "initialize answered", True),
+        ("dsh.subagent_codex._run", "CodexRun", "start_thread", "thread/start answered", False),
+        ("dsh.subagent_codex._run", "CodexRun", "begin_turn", "turn/start sent", False),
+        ("dsh.subagent_codex._run", "CodexRun", "_settle", "result settled", False),
+    ),
+    "claude-code": (
+        (
+            "dsh.subagent_claude_code._provider",
+            None,
+            "reap_orphans_once",
+            "orphan check done",
+            True,
+        ),
+        (
+            "dsh.subagent_claude_code._run",
+            "ClaudeCodeRun",
+            "spawn",
+            "CLI spawned and connected",
+            True,
+        ),
+        (
+            "dsh.subagent_claude_code._run",
+            "ClaudeCodeRun",
+            "wait_ready",
+            "initialize answered",
+            False,
+        ),
+        ("dsh.subagent_claude_code._run", "ClaudeCodeRun", "_on_prompt_sent", "prompt sent", False),
+        (
+            "dsh.subagent_claude_code._run",
+            "ClaudeCodeRun",
+            "_arm_dispose",
+            "result message read",
+            False,
+        ),
+        ("dsh.subagent_claude_code._transport", "DshTransport", "close", "transport closed", True),
+    ),
+}
 
-    tracer.wrap(_provider, "reap_orphans_once", "orphan check done", entry=True)
-    tracer.wrap(_run.CodexRun, "initialize", "initialize answered", entry=True)
-    tracer.wrap(_run.CodexRun, "start_thread", "thread/start answered")
-    tracer.wrap(_run.CodexRun, "begin_turn", "turn/start sent")
-    tracer.wrap(_run.CodexRun, "_settle", "result settled")
 
-
-def _claude_points(tracer: Tracer) -> None:
-    from dsh.subagent_claude_code import _provider, _run, _transport
-
-    tracer.wrap(_provider, "reap_orphans_once", "orphan check done", entry=True)
-    tracer.wrap(_run.ClaudeCodeRun, "spawn", "CLI spawned and connected", entry=True)
-    tracer.wrap(_run.ClaudeCodeRun, "wait_ready", "initialize answered")
-    tracer.wrap(_run.ClaudeCodeRun, "_on_prompt_sent", "prompt sent")
-    tracer.wrap(_run.ClaudeCodeRun, "_arm_dispose", "result message read")
-    tracer.wrap(_transport.DshTransport, "close", "transport closed", entry=True)
+def _product_points(tracer: Tracer, product: str) -> None:
+    for module_name, class_name, name, label, entry in _POINTS[product]:
+        module = importlib.import_module(module_name)
+        owner = module if class_name is None else getattr(module, class_name)
+        tracer.wrap(owner, name, label, entry=entry)
 
 
 async def _dsh_once(bench: Bench, tracer: Tracer, nice: int | str | None) -> Events:
@@ -230,10 +260,9 @@ async def _trace(args: argparse.Namespace, root: Path) -> None:
             bench: Bench
             if product == "codex":
                 bench = CodexBench(servers, root, 1)
-                _codex_points(tracer)
             else:
                 bench = ClaudeBench(servers, root, 1)
-                _claude_points(tracer)
+            _product_points(tracer, product)
             dsh_runs: list[Events] = []
             sdk_runs: list[Events] = []
             with _dsh_subprocess_points(tracer):

@@ -23,6 +23,8 @@ from dsh.jobs import (
     RecordFilter,
     attach_job_meta,
     current_job_id,
+    job_admitted,
+    job_queued,
 )
 from dsh.jobs.errors import (
     ForeignJobError,
@@ -603,3 +605,50 @@ async def test_facts_attached_by_work_that_is_then_killed_stay_with_the_job() ->
     assert snapshot.status is JobStatus.KILLED
     assert snapshot.meta == {"usage": {"input_tokens": 5}}
     assert current_job_id() is None
+
+
+async def test_work_that_queues_reads_queued_with_its_place_in_memory_and_store() -> None:
+    place = [3]
+    admit, finish = asyncio.Event(), asyncio.Event()
+
+    async def work() -> JobOutcome:
+        assert job_queued(lambda: place[0])
+        await admit.wait()
+        job_admitted()
+        await finish.wait()
+        return answer("done")
+
+    async with JobRegistry(JobsConfig(store="memory")) as registry:
+        job_id = registry.start("w", "queued work", A, work)
+        await asyncio.sleep(0)
+        stored = registry.store.get(job_id)  # the status and the place at entry
+        assert stored is not None
+        assert (stored.status, stored.detail) == (JobStatus.QUEUED, "place 3")
+        place[0] = 1  # the live place, read by every snapshot in this process
+        assert registry.get(job_id, A).status_line == "[status: queued, place 1]"
+        admit.set()
+        await asyncio.sleep(0)
+        assert registry.get(job_id, A).status_line == "[status: running]"
+        stored = registry.store.get(job_id)
+        assert stored is not None
+        assert (stored.status, stored.detail) == (JobStatus.RUNNING, None)
+        finish.set()
+        assert (await registry.wait(job_id, 5, A)).status is JobStatus.COMPLETED
+    assert job_queued(lambda: 1) is False  # outside a job's work: nothing to mark
+
+
+async def test_a_job_killed_while_its_work_queues_stays_stopping_then_killed() -> None:
+    async def work() -> JobOutcome:
+        job_queued(lambda: 1)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            job_admitted()  # the queue's own cleanup: it must not make the job running
+        raise AssertionError("unreachable")
+
+    async with JobRegistry(JobsConfig(store="memory")) as registry:
+        job_id = registry.start("w", "queued work", A, work)
+        await asyncio.sleep(0)
+        assert registry.kill(job_id, A) == "requested"
+        assert registry.get(job_id, A).status is JobStatus.STOPPING
+        assert (await registry.wait(job_id, 5, A)).status is JobStatus.KILLED

@@ -66,3 +66,20 @@ def test_usage_is_the_fallback_without_model_usage() -> None:
         input_tokens=10, cached_input_tokens=3, cache_creation_input_tokens=4, output_tokens=5
     )
     assert usage_from_result(_result(None, {}, None), None) == UsageFacts()
+
+
+def test_rate_limit_event_facts() -> None:
+    from claude_agent_sdk import RateLimitInfo
+
+    from dsh.subagent_claude_code._usage import rate_limit_facts
+
+    info = RateLimitInfo(
+        status="rejected", resets_at=1900000000, rate_limit_type="five_hour", utilization=0.91
+    )
+    assert rate_limit_facts(info) == {
+        "rate_limit_used_percent": 91.0,
+        "rate_limit_window_minutes": 300,
+        "rate_limit_resets_at": 1900000000,
+        "rate_limit_reached": "five_hour",
+    }
+    assert rate_limit_facts(RateLimitInfo(status="allowed", utilization=True)) == {}

@@ -181,6 +181,12 @@ def main():
         it = message("text", ARG)
         item(it)
         done()
+    elif SCENARIO == "rate_limits":
+        # As Codex 0.163.0 sends it: account-wide, naming no thread or turn.
+        window = {"usedPercent": 43, "windowDurationMins": 300, "resetsAt": 1900000000}
+        note("account/rateLimits/updated", {"rateLimits": {"limitId": "codex", "primary": window}})
+        item(message("limited", "final_answer"))
+        done()
     elif SCENARIO == "missing_phase":
         item({"type": "agentMessage", "id": "m", "text": "no phase"})
         done()

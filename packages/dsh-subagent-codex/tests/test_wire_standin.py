@@ -121,7 +121,7 @@ async def test_handshake_fields(tmp_path: Path) -> None:
     assert params["clientInfo"]["name"] == "dsh"
     assert params["capabilities"]["experimentalApi"] is False
     # The streaming deltas stay on: they move the run's activity stamp (the stall limit); the
-    # token usage stays on: it is the run's usage facts; so do the rate-limit updates (issue 39).
+    # token usage and the rate limits stay on: they are the run's usage facts.
     assert params["capabilities"]["optOutNotificationMethods"] == []
     thread = entries[1]["thread/start"]["params"]
     assert thread == {
@@ -167,6 +167,18 @@ async def test_unknown_phase_fails(tmp_path: Path, phase: str) -> None:
     result = await run_once(tmp_path, "phase", phase)
     assert result.stop_reason is StopReason.ERROR
     assert result.diagnostic == line("turn", "unknown")
+
+
+async def test_rate_limits_without_thread_or_turn_are_read(tmp_path: Path) -> None:
+    # Codex's account/rateLimits/updated names no thread or turn; it is the run's all the same.
+    provider, _ = standin(tmp_path, "rate_limits")
+    async with await provider.start(make_start_request(tmp_path, "task")) as run:
+        result = await run.result()
+    assert result.text == "limited"
+    assert run.usage is not None
+    assert run.usage.rate_limit_used_percent == 43.0
+    assert run.usage.rate_limit_window_minutes == 300
+    assert run.usage.rate_limit_resets_at == 1900000000
 
 
 async def test_missing_phase_key_fails(tmp_path: Path) -> None:

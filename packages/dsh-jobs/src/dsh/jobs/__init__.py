@@ -18,6 +18,8 @@ from dsh.jobs._job import (
     attach_job_meta,
     current_job_id,
     detach_requested,
+    job_admitted,
+    job_queued,
     snapshot_of,
 )
 from dsh.jobs._registry import JobRegistry
@@ -73,6 +75,8 @@ __all__ = [
     "default_store_path",
     "detach_requested",
     "executor_for",
+    "job_admitted",
+    "job_queued",
     "snapshot_of",
     "status_line",
     "store_for",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +26,8 @@ __all__ = [
     "attach_job_meta",
     "current_job_id",
     "detach_requested",
+    "job_admitted",
+    "job_queued",
     "joined",
     "new_id",
     "safe_exception_detail",
@@ -60,6 +62,18 @@ class Job:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     #: Set once the executor has begun the work (``started``), or when the job settles.
     began: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The job's live place in its work's own queue (1: next), while it reads ``queued``.
+    place: Callable[[], int | None] | None = None
+    #: Writes plain changes to the job's stored record (the registry sets it).
+    persist: Callable[[Mapping[str, Any]], None] | None = None
+
+    def queue_detail(self) -> str | None:
+        """``place <n>`` while the job waits in its work's queue, else the job's detail."""
+        if self.status is JobStatus.QUEUED and self.place is not None:
+            place = self.place()
+            if place is not None:
+                return f"place {place}"
+        return self.detail
 
     def record(self, work: str | None = None) -> JobRecord:
         return JobRecord(
@@ -71,7 +85,7 @@ class Job:
             status=self.status,
             started_at=self.started_at,
             holder=this_process(),
-            detail=self.detail,
+            detail=self.queue_detail(),
             output=self.output,
             finished_at=self.finished_at,
             reported=self.reported,
@@ -145,6 +159,37 @@ def attach_job_meta(meta: Mapping[str, Any]) -> bool:
         return False
     job.meta = dict(meta)
     return True
+
+
+def job_queued(place: Callable[[], int | None]) -> bool:
+    """The job whose work runs in this task waits in a queue of its work's own (a provider's
+    fair queue): it reads ``queued``, its detail ``place <n>`` from ``place()`` (1: next).
+
+    Returns whether a running job was there to mark (not outside a job's work, nor on a remote
+    executor's worker, nor once a kill is under way). The stored record gets the status and the
+    place at entry; a snapshot in this process reads the live place.
+    """
+    job = CURRENT_JOB.get()
+    if job is None or job.status is not JobStatus.RUNNING:
+        return False
+    job.place = place
+    job.status = JobStatus.QUEUED
+    if job.persist is not None:
+        job.persist({"status": str(JobStatus.QUEUED), "detail": job.queue_detail()})
+    return True
+
+
+def job_admitted() -> None:
+    """The queued job whose work runs in this task left its queue: it reads ``running`` again
+    (a job being killed keeps ``stopping``)."""
+    job = CURRENT_JOB.get()
+    if job is None or job.place is None:
+        return
+    job.place = None
+    if job.status is JobStatus.QUEUED:
+        job.status = JobStatus.RUNNING
+        if job.persist is not None:
+            job.persist({"status": str(JobStatus.RUNNING), "detail": None})
 
 
 def session_of(owner: JobOwner | None) -> str | None:

@@ -208,6 +208,7 @@ class JobRegistry:
 
     async def _run(self, job: Job, work: JobWork) -> JobOutcome:
         CURRENT_JOB.set(job)  # the job task's own context: its work can tell its id
+        job.persist = functools.partial(self.store.update, job.id)
 
         def started(where: str | None) -> None:
             job.began.set()

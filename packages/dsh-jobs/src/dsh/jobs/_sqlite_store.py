@@ -86,6 +86,7 @@ _UPDATABLE = {
     "kill_requested": "kill_requested",
     "where": "location",
     "status": "status",
+    "detail": "detail",
 }
 
 _Op = Callable[[sqlite3.Connection], object]

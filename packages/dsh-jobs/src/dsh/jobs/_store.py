@@ -149,7 +149,7 @@ class JobStore(ABC):
     @abstractmethod
     def update(self, job_id: str, changes: Mapping[str, Any], done: Done | None = None) -> None:
         """Change plain fields (``reported``, ``noticed``, ``kill_requested``, ``where``,
-        ``status`` of a live record, ``holder``) of one record."""
+        ``status`` and ``detail`` of a live record, ``holder``) of one record."""
 
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every queued write is durable; ``False`` on timeout."""

@@ -139,6 +139,11 @@ class FakeMessagesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
         super().__init__(default=default, route=route)
         self.usage: dict[str, int] = dict(_USAGE if usage is None else usage)
         """The Messages API ``usage`` every reply reports (``output_tokens`` also in the delta)."""
+        self.headers: dict[str, str] = {}
+        """Extra response headers on every answer (an HTTP error's too): the account's rate-limit
+        headers the real endpoint sends (``anthropic-ratelimit-unified-status``, ...), or
+        ``retry-after``. An error answer sends ``x-should-retry: false`` unless this names
+        ``x-should-retry`` itself (``"true"`` lets the CLI retry under its own settings)."""
         self._released = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -309,8 +314,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Connection", "close")
-        if status >= 400:
+        if status >= 400 and "x-should-retry" not in self.fake.headers:
             self.send_header("x-should-retry", "false")
+        self._extra_headers()
         self.end_headers()
         self.wfile.write(data)
         self.close_connection = True
@@ -320,7 +326,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Connection", "close")
+        self._extra_headers()
         self.end_headers()
+
+    def _extra_headers(self) -> None:
+        for name, value in self.fake.headers.items():
+            self.send_header(name, value)
 
     def _sse(self, events: list[tuple[str, dict[str, Any]]]) -> None:
         self._sse_head()

@@ -54,6 +54,11 @@ _INSTALL = ProductInstall(
 )
 
 
+#: Env names that choose the CLI's model (``ANTHROPIC_MODEL``, ``ANTHROPIC_DEFAULT_*_MODEL``,
+#: ``ANTHROPIC_SMALL_FAST_MODEL``): with one set, the measured prompt bound may not hold.
+_MODEL_ENV_PREFIXES = ("ANTHROPIC_MODEL", "ANTHROPIC_DEFAULT_", "ANTHROPIC_SMALL_FAST_MODEL")
+
+
 class ClaudeCodeProvider(ProductProvider[ClaudeCodeProviderConfig, ClaudeCodeRun]):
     """Runs one-shot tasks on the Claude Code CLI bundled in ``claude-agent-sdk``.
 
@@ -77,6 +82,16 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeProviderConfig, ClaudeCodeRun
     #: Both mapped in ``_mapping.request_flags``: ``output_schema`` (docs/structured-output.md)
     #: and ``max_cost_usd``, the CLI's own ``--max-budget-usd``.
     capabilities = Capabilities(output_schema=True, cost_limit=True)
+    #: The pinned CLI refuses, before any model request, a first request whose estimated tokens
+    #: reach its default model's window less its reserve ("Prompt is too long", ending as
+    #: ``category: connection``); the estimate counts UTF-16 code units of the whole request
+    #: (the prompt, the cwd, the context the CLI adds). The bound measured with the shortest
+    #: cwd (``/``) and private isolation: 2,920,996 units complete, 2,920,997 fail; a longer
+    #: cwd or more context lowers the real bound, so a prompt over this one surely fails
+    #: (docs/structured-output.md). It holds for the CLI's default model only
+    #: (:meth:`prompt_limit`).
+    max_prompt_chars = 2_920_996
+    prompt_unit = "UTF-16 code units"
     start_stage = "query-start"
     owned_dir_tag = RUN_DIR_TAG
     log = _log
@@ -104,6 +119,22 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeProviderConfig, ClaudeCodeRun
 
     def limits_problem(self) -> str | None:
         return limits_problem(Limits.of(self.config))
+
+    def prompt_limit(self) -> int | None:
+        """The measured bound, when the run is the one it was measured for: the CLI's default
+        model (no ``model``, no model named in the env) under private isolation (no user or
+        project settings choosing one). Another model's window may take more: no early
+        refusal then."""
+        if self.config.model is not None or self.config.isolation != "private":
+            return None
+        names = {*self.config.env, *self.config.inherit_env}
+        if any(name.startswith(_MODEL_ENV_PREFIXES) for name in names):
+            return None
+        return self.max_prompt_chars
+
+    def prompt_size(self, text: str) -> int:
+        """UTF-16 code units, as the CLI's estimate counts (an emoji is two)."""
+        return len(text.encode("utf-16-le")) // 2
 
     async def reap_orphans(self) -> None:
         await reap_orphans_once()

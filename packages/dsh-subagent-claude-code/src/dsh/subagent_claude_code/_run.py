@@ -16,6 +16,7 @@ from claude_agent_sdk import (
     PermissionResultAllow,
     PermissionResultDeny,
     ProcessError,
+    RateLimitEvent,
     ResultMessage,
     StreamEvent,
     SystemMessage,
@@ -31,7 +32,7 @@ from dsh.subagent import (
     TextBlock,
     with_limits_hit,
 )
-from dsh.subagent.kit import FailureFacts, ProductRun, failure_line, remove_off_loop
+from dsh.subagent.kit import FailureFacts, ProductRun, UsageFacts, failure_line, remove_off_loop
 from dsh.subagent_claude_code._mapping import (
     DENY_MESSAGE,
     PREFIX,
@@ -50,7 +51,7 @@ from dsh.subagent_claude_code._mapping import (
     structured_answer,
 )
 from dsh.subagent_claude_code._transport import DshTransport
-from dsh.subagent_claude_code._usage import StreamedUsage, usage_from_result
+from dsh.subagent_claude_code._usage import StreamedUsage, rate_limit_facts, usage_from_result
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
 from dsh.subprocess import ManagedProcess, SpawnSpec, SubprocessRuntime
 
@@ -113,8 +114,14 @@ class ClaudeCodeRun(ProductRun):
         # Distinct API message ids seen: one per model request the CLI made.
         self._message_ids: set[str] = set()
         self._streamed = StreamedUsage()
+        # The account's rate-limit state as the last ``rate_limit_event`` stated it.
+        self._rate_limits: dict[str, Any] = {}
 
     # ---- ProductRun ---------------------------------------------------------------------
+
+    def _report_usage(self, usage: UsageFacts) -> None:
+        # The rate-limit facts come apart from the spend; every report carries the last ones.
+        super()._report_usage(dataclasses.replace(usage, **self._rate_limits))
 
     def _stop(self, aborted: bool) -> None:
         """Start the SIGTERM-first ladder (also when the result had settled already)."""
@@ -266,6 +273,12 @@ class ClaudeCodeRun(ProductRun):
                         self._report_usage(self._streamed.facts())
                     if message.error is not None:
                         assistant_error = str(message.error)
+                elif isinstance(message, RateLimitEvent):
+                    # The account's state, host-side only: kept with the usage facts.
+                    facts = rate_limit_facts(message.rate_limit_info)
+                    if facts:
+                        self._rate_limits = facts
+                        self._report_usage(self._usage or UsageFacts())
                 elif isinstance(message, SystemMessage) and message.subtype == "permission_denied":
                     self._record(REQUEST_TOOL, "denied", REASON_PRODUCT)
         except asyncio.CancelledError:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from claude_agent_sdk import ResultMessage
+from claude_agent_sdk import RateLimitInfo, ResultMessage
 
 from dsh.subagent.kit import UsageFacts, non_negative_int
 
-__all__ = ["StreamedUsage", "usage_from_result"]
+__all__ = ["StreamedUsage", "rate_limit_facts", "usage_from_result"]
 
 # ``model_usage`` key per fact; it counts every model the run used (subagents included).
 _MODEL_KEYS = {
@@ -25,6 +25,41 @@ _USAGE_KEYS = {
     "cache_creation_input_tokens": "cache_creation_input_tokens",
     "output_tokens": "output_tokens",
 }
+
+
+#: The window each ``rateLimitType`` names, in minutes (``overage`` names none).
+_WINDOW_MINUTES = {
+    "five_hour": 300,
+    "seven_day": 10080,
+    "seven_day_opus": 10080,
+    "seven_day_sonnet": 10080,
+}
+
+
+def rate_limit_facts(info: RateLimitInfo) -> dict[str, Any]:
+    """A ``rate_limit_event``'s facts, as ``UsageFacts`` fields.
+
+    ``utilization`` (a fraction) is stated as a percentage, the window is the one its
+    ``rateLimitType`` names, and a ``rejected`` status reports that type as the limit reached.
+    Anything malformed reads as unknown.
+    """
+    facts: dict[str, Any] = {}
+    utilization = info.utilization
+    if (
+        isinstance(utilization, int | float)
+        and not isinstance(utilization, bool)
+        and 0 <= utilization <= 10
+    ):
+        facts["rate_limit_used_percent"] = round(float(utilization) * 100, 4)
+    kind = info.rate_limit_type if isinstance(info.rate_limit_type, str) else None
+    if kind in _WINDOW_MINUTES:
+        facts["rate_limit_window_minutes"] = _WINDOW_MINUTES[kind]
+    resets = info.resets_at
+    if isinstance(resets, int | float) and not isinstance(resets, bool) and 0 <= resets < 2**53:
+        facts["rate_limit_resets_at"] = int(resets)
+    if info.status == "rejected":
+        facts["rate_limit_reached"] = (kind or "rejected")[:64]
+    return facts
 
 
 def usage_from_result(message: ResultMessage, model_requests: int | None) -> UsageFacts:

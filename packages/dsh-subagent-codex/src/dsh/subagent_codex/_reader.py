@@ -116,6 +116,12 @@ class RunReader(RunTeardown):
         if "id" in frame:
             self._server_request(frame["id"], method, params, thread_id, turn_id)
             return
+        if method == "account/rateLimits/updated":
+            # Account-wide: at 0.163.0 it names no thread or turn (the one process serves this
+            # run alone), so it is read on its own, whenever it comes once the thread exists.
+            if self._thread_id is not None and isinstance(params, dict):
+                self._rate_limits_updated(params)
+            return
         if self._turn_id is None or thread_id != self._thread_id or turn_id != self._turn_id:
             return
         assert isinstance(params, dict)
@@ -133,11 +139,13 @@ class RunReader(RunTeardown):
             self._usage_reports += 1
             usage = usage_from_token_usage(params, model_requests=self._usage_reports)
             self._report_usage(replace(usage, **self._rate_limits))
-        elif method == "account/rateLimits/updated":
-            # The account's state, host-side only: kept with the usage facts.
-            self._rate_limits = rate_limit_facts(params)
-            if self._rate_limits:
-                self._report_usage(replace(self._usage or UsageFacts(), **self._rate_limits))
+
+    def _rate_limits_updated(self, params: dict[str, Any]) -> None:
+        # The account's state, host-side only: kept with the usage facts.
+        facts = rate_limit_facts(params)
+        if facts:
+            self._rate_limits = facts
+            self._report_usage(replace(self._usage or UsageFacts(), **facts))
 
     def _on_turn_started(self, result: dict[str, Any] | None, error: BaseException | None) -> None:
         if self._turn_start_timer is not None:

@@ -42,6 +42,7 @@ __all__ = [
     "FAKE_API_KEY",
     "FAKE_KEY_ENV",
     "SAMPLE_USAGE",
+    "SAMPLE_USAGE_FACTS",
     "Behaviour",
     "Drop",
     "FakeResponsesServer",
@@ -68,6 +69,16 @@ SAMPLE_USAGE = {
     "output_tokens": 30,
     "output_tokens_details": {"reasoning_tokens": 7},
     "total_tokens": 1030,
+}
+#: What one model response reporting :data:`SAMPLE_USAGE` becomes in a run's usage facts as JSON
+#: (``context_window`` left out: the product picks it).
+SAMPLE_USAGE_FACTS = {
+    "input_tokens": 1000,
+    "cached_input_tokens": 200,
+    "output_tokens": 30,
+    "reasoning_output_tokens": 7,
+    "total_tokens": 1030,
+    "model_requests": 1,
 }
 
 

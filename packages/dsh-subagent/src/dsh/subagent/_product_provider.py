@@ -74,7 +74,11 @@ class ProductProvider(ProviderBase[ConfigT], Generic[ConfigT, RunT]):
     max_prompt_chars: ClassVar[int | None] = None
     """The most characters (Unicode code points) of prompt text the pinned product accepts in
     one task, or ``None`` when it states none; measured on the pin and re-measured when it
-    moves. A longer prompt is refused before anything starts (:meth:`request_problem`)."""
+    moves. A longer prompt is refused before anything starts (:meth:`request_problem`). A
+    provider whose product counts otherwise overrides :meth:`prompt_size` and
+    :attr:`prompt_unit`; one whose limit depends on its config overrides :meth:`prompt_limit`."""
+    prompt_unit: ClassVar[str] = "characters"
+    """What :meth:`prompt_size` counts, as the refusal names it."""
     start_stage: ClassVar[str]
     """The stage of a start failure without facts of its own (an unusable cwd, say)."""
     owned_dir_tag: ClassVar[str]
@@ -141,14 +145,24 @@ class ProductProvider(ProviderBase[ConfigT], Generic[ConfigT, RunT]):
         """Why the product would refuse ``request`` by its own limits, naming the field and both
         sizes, or ``None``. ``SubagentService.check`` asks it too, so a background job is
         refused before it is queued."""
-        limit = self.max_prompt_chars
-        size = sum(len(text) for text in request.texts)
-        if limit is not None and size > limit:
+        limit = self.prompt_limit()
+        if limit is None:
+            return None
+        size = sum(self.prompt_size(text) for text in request.texts)
+        if size > limit:
             return (
-                f'the "prompt" field is {size:,} characters; {self.product} accepts at most'
-                f" {limit:,}"
+                f'the "prompt" field is {size:,} {self.prompt_unit}; {self.product} accepts at'
+                f" most {limit:,}"
             )
         return None
+
+    def prompt_limit(self) -> int | None:
+        """The prompt limit of this instance's product: :attr:`max_prompt_chars`."""
+        return self.max_prompt_chars
+
+    def prompt_size(self, text: str) -> int:
+        """The size of one prompt text as the product counts it: Unicode code points."""
+        return len(text)
 
     def start_failure(self, category: str = "unknown") -> ProductFailure:
         """The product's safe start failure at ``start_stage``."""

@@ -46,6 +46,8 @@ __all__ = [
     "INVALID_BASE_FIELDS",
     "MAX_RECORDED_REQUESTS",
     "NO_REPLY_MESSAGE",
+    "TYPED_SCHEMA",
+    "TYPED_VALUE",
     "BareRun",
     "ConformanceReport",
     "FakeProvider",
@@ -73,6 +75,16 @@ INVALID_BASE_FIELDS: tuple[tuple[dict[str, object], str], ...] = (
     ({"credential_env": ["A=B"]}, "credential_env"),
     ({"tool_env": [""]}, "tool_env"),
 )
+
+#: An output schema for typed-answer tests, and a value that matches it (its non-ASCII item
+#: shows the answer's JSON is not escaped on the way).
+TYPED_SCHEMA: dict[str, object] = {
+    "type": "object",
+    "properties": {"failing": {"type": "array", "items": {"type": "string"}}},
+    "required": ["failing"],
+    "additionalProperties": False,
+}
+TYPED_VALUE: dict[str, object] = {"failing": ["test_a", "test_b ✓"]}
 
 
 class BareRun:

@@ -7,9 +7,11 @@ on a remote executor's worker), so a run means the same wherever it runs.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,6 +35,7 @@ from dsh.tool_subagent._otel import (
     failure_category,
     trace_carrier,
 )
+from dsh.tool_subagent._queue import Admission, queue_for
 from dsh.tool_subagent._workspace import Changes, WorkspaceError, WorkspaceOptions
 from dsh.tool_subagent._worktree import Worktree, finish_worktree, make_worktree
 
@@ -73,10 +76,11 @@ class Finished:
     usage: UsageFacts | None = None
     timings: RunTimings | None = None
     changes: Changes | None = None
+    queue: Admission | None = None
 
     def host_facts(self) -> dict[str, Any] | None:
         """The host-only facts (``ToolResult.meta``, ``JobOutcome.meta``), or ``None``."""
-        return host_facts(self.usage, self.timings, self.changes)
+        return host_facts(self.usage, self.timings, self.changes, self.queue)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,18 +99,25 @@ class Interrupted:
     usage: UsageFacts | None = None
     timings: RunTimings | None = None
     changes: Changes | None = None
+    queue: Admission | None = None
 
     def host_facts(self) -> dict[str, Any] | None:
         """What the run had spent when it was cancelled (a killed job keeps it), or ``None``."""
-        return host_facts(self.usage, self.timings, self.changes)
+        return host_facts(self.usage, self.timings, self.changes, self.queue)
 
 
 def host_facts(
-    usage: UsageFacts | None, timings: RunTimings | None, changes: Changes | None = None
+    usage: UsageFacts | None,
+    timings: RunTimings | None,
+    changes: Changes | None = None,
+    queue: Admission | None = None,
 ) -> dict[str, Any] | None:
-    """``{"usage": ..., "timings": ..., "workspace": ...}`` as JSON values, leaving out what is
-    unknown (``workspace`` only for a worktree run)."""
+    """``{"usage": ..., "timings": ..., "workspace": ..., "queue": ...}`` as JSON values, leaving
+    out what is unknown (``workspace`` only for a worktree run, ``queue`` only for a provider
+    with ``max_concurrent``)."""
     facts: dict[str, Any] = {}
+    if queue is not None:
+        facts["queue"] = queue.as_json()
     if usage is not None:
         facts["usage"] = usage.as_json()
     if timings is not None:
@@ -189,6 +200,7 @@ async def run_to_end(
     limits: RunLimits = NO_LIMITS,
     labels: DelegationLabels | None = None,
     workspace: WorkspaceOptions | None = None,
+    max_concurrent: int | None = None,
 ) -> str | Finished | Interrupted:
     """Start → result → dispose, the steps the foreground and the background share.
 
@@ -199,9 +211,13 @@ async def run_to_end(
     expired limit cancels the run and the ending carries its fixed text. ``labels`` name the
     delegation's OpenTelemetry span (``_otel``; default: the provider's name). ``workspace``
     ``worktree`` runs the product in a git worktree made for the run (``_worktree``).
+    ``max_concurrent`` (the provider's profile setting) first takes a slot in the provider's
+    fair queue of this process (``_queue``), inside the wall-clock limit.
     """
     with delegation_span(labels or DelegationLabels(provider, provider), where) as span:
-        end = await run_to_end_in(service, provider, request, where, limits, span, workspace)
+        end = await run_to_end_in(
+            service, provider, request, where, limits, span, workspace, max_concurrent
+        )
         finish_span(span, end)
         return end
 
@@ -214,10 +230,50 @@ async def run_to_end_in(
     limits: RunLimits,
     span: DelegationSpan,
     workspace: WorkspaceOptions | None = None,
+    max_concurrent: int | None = None,
 ) -> str | Finished | Interrupted:
-    """:func:`run_to_end` in the caller's ``span``; in a worktree when ``workspace`` asks."""
+    """:func:`run_to_end` in the caller's ``span``; in a worktree when ``workspace`` asks, after
+    a slot in the provider's queue when ``max_concurrent`` is set."""
+
+    def step(began: float | None) -> _Step:
+        return functools.partial(
+            _run_in, service, provider, where=where, limits=limits, span=span, began=began
+        )
+
+    if max_concurrent is None:
+        return await _run_where(step(None), request, where, span, workspace)
+    began = asyncio.get_running_loop().time()  # the wall clock counts the wait in the queue
+    queue = queue_for(provider)
+    owner = request.parent.session_id or ""
+    with span.phase("dsh.queue") as phase:
+        admission = await queue.enter(owner, max_concurrent, limits.start_deadline(began))
+        if phase is not None and admission is not None:
+            for name, value in admission.as_json().items():
+                phase.set_attribute(f"dsh.queue.{name}", value)
+    if admission is None:  # the wall-clock limit expired in the queue: nothing was started
+        assert limits.timeout_s is not None
+        text = limit_text("timeout_s", limits.timeout_s)
+        return Finished(SubagentResult(StopReason.ABORTED), None, text, "timeout_s")
+    try:
+        end = await _run_where(step(began), request, where, span, workspace)
+    finally:
+        queue.leave()
+    return end if isinstance(end, str) else replace(end, queue=admission)
+
+
+#: :func:`_run_in` with everything but the request bound.
+_Step = Callable[[SubagentStartRequest], Awaitable["str | Finished | Interrupted"]]
+
+
+async def _run_where(
+    run: _Step,
+    request: SubagentStartRequest,
+    where: str,
+    span: DelegationSpan,
+    workspace: WorkspaceOptions | None,
+) -> str | Finished | Interrupted:
     if workspace is None or not workspace.worktree:
-        return await _run_in(service, provider, request, where, limits, span)
+        return await run(request)
     name = current_job_id() or f"run-{secrets.token_hex(6)}"
     try:
         with span.phase("dsh.workspace"):
@@ -228,7 +284,7 @@ async def run_to_end_in(
     request = replace(request, parent=replace(request.parent, cwd=worktree.cwd))
     end: str | Finished | Interrupted | None = None
     try:
-        end = await _run_in(service, provider, request, where, limits, span)
+        end = await run(request)
     finally:
         changes = await _finished(worktree, span)
     if isinstance(end, str):
@@ -248,8 +304,10 @@ async def _run_in(
     where: str,
     limits: RunLimits,
     span: DelegationSpan,
+    began: float | None,
 ) -> str | Finished | Interrupted:
-    began = asyncio.get_running_loop().time()
+    if began is None:
+        began = asyncio.get_running_loop().time()
     # A product spawned for this run gets the start span's trace context (TRACEPARENT).
     with span.phase("dsh.start"), spawn_trace_context(trace_carrier()):
         deadline = limits.start_deadline(began)

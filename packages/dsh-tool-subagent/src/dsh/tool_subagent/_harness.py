@@ -46,12 +46,15 @@ logger = logging.getLogger("dsh.tool_subagent")
 
 
 class ProviderEntry(BaseModel):
-    """One ``[[provider]]`` row: an entry-point ``kind`` and its provider ``config``."""
+    """One ``[[provider]]`` row: an entry-point ``kind``, its provider ``config``, and the host's
+    ``max_concurrent``: at most this many runs of the provider in flight in this process, across
+    all owners, the rest waiting in a fair queue (``None``: no limit; docs/liveness.md)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: str = Field(min_length=1)
     config: dict[str, Any] = Field(default_factory=dict)
+    max_concurrent: int | None = Field(default=None, ge=1, strict=True)
 
 
 class ProfileModel(BaseModel):
@@ -261,6 +264,7 @@ class Harness:
         service = SubagentService()
         kinds: dict[str, str] = {}
         entries: dict[str, tuple[str, dict[str, Any]]] = {}
+        concurrency: dict[str, int | None] = {}
         for index, entry in enumerate(model.provider):
             if only is not None and index != only[0]:
                 continue
@@ -277,6 +281,7 @@ class Harness:
                 raise _at(f"provider[{index}].config.provider_name", exc) from exc
             kinds[provider.name] = entry.kind
             entries[provider.name] = (entry.kind, dict(entry.config))
+            concurrency[provider.name] = entry.max_concurrent
         # Each tool with its index in the profile, which errors name.
         tool_configs = list(enumerate(model.tool))
         if only is not None and only[1] is not None:
@@ -307,7 +312,14 @@ class Harness:
                 product = PRODUCTS.get(kinds.get(config.provider, ""))
                 portable = entries.get(config.provider)
                 tools.append(
-                    SubagentTool(config, service, jobs, product=product, portable_provider=portable)
+                    SubagentTool(
+                        config,
+                        service,
+                        jobs,
+                        product=product,
+                        portable_provider=portable,
+                        max_concurrent=concurrency.get(config.provider),
+                    )
                 )
             except MountError as exc:
                 raise _at(f"tool[{index}].{exc.field}", exc) from exc

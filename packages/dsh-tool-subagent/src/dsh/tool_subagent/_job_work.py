@@ -34,19 +34,23 @@ async def background_outcome(
     labels: DelegationLabels | None = None,
     trace_context: Mapping[str, str] | None = None,
     workspace: WorkspaceOptions | None = None,
+    max_concurrent: int | None = None,
 ) -> JobOutcome:
     """A background job's whole work: the run to its end, mapped to the job's outcome.
 
     A run stopped by a limit ends ``failed`` with the limit's fixed text as the detail.
     ``trace_context`` is the starting side's ``trace_carrier()`` when the work runs in another
     process (Ray): the delegation's span continues that trace. A ``worktree`` workspace's
-    changes line follows the job's output.
+    changes line follows the job's output. ``max_concurrent``: the run waits for a slot in the
+    provider's fair queue of this process first (the job reads ``queued`` meanwhile).
     """
     labels = labels or DelegationLabels(provider, provider)
     with remote_parent(trace_context), delegation_span(labels, "background") as span:
         job_id = current_job_id()
         span.event("dsh.job.running", {"dsh.job.id": job_id} if job_id else {})
-        end = await run_to_end_in(service, provider, request, "background", limits, span, workspace)
+        end = await run_to_end_in(
+            service, provider, request, "background", limits, span, workspace, max_concurrent
+        )
         finish_span(span, end)
         status = "killed"  # unless the mapping below returns: it raises only a cancellation
         try:

@@ -130,6 +130,7 @@ def _as_json(record: JobRecord, *, output: bool = False) -> dict[str, Any]:
     data["timings"] = meta.get("timings")
     data["workspace"] = meta.get("workspace")
     data["structured_output"] = meta.get("structured_output")
+    data["queue"] = meta.get("queue")
     if output:
         data["output"] = record.output
     return data

@@ -54,6 +54,7 @@ def portable_delegation(
     tool: str | None = None,
     trace_context: Mapping[str, str] | None = None,
     workspace: WorkspaceOptions | None = None,
+    max_concurrent: int | None = None,
 ) -> PortableWork:
     """The job's work as plain data; raises ``ValueError`` for a request with a non-text part.
 
@@ -61,12 +62,15 @@ def portable_delegation(
     so a field added to the request needs no change here), and so do the tool's ``limits`` and
     ``workspace``, enforced where the run is, by the worker. ``tool`` names the delegation tool
     and ``trace_context`` is the starting side's W3C trace context (``_otel.trace_carrier()``):
-    the worker's span continues the host's trace.
+    the worker's span continues the host's trace. ``max_concurrent`` is the provider's queue
+    limit, applied per worker process (each worker has a queue of its own).
     """
     limits = limits or RunLimits(timeout_s=None, stall_timeout_s=None, max_total_tokens=None)
+    queue = {} if max_concurrent is None else {"max_concurrent": max_concurrent}
     return PortableWork(
         TARGET,
         {
+            **queue,
             "kind": kind,
             "config": dict(config),
             "request": request.to_json(),
@@ -87,6 +91,7 @@ async def run_delegation(
     workspace: dict[str, Any] | None = None,
     tool: str | None = None,
     trace_context: dict[str, str] | None = None,
+    max_concurrent: int | None = None,
 ) -> JobOutcome:
     """The worker side: build the provider here, run the delegation, close everything.
 
@@ -114,7 +119,14 @@ async def run_delegation(
         )
         options = WorkspaceOptions(**workspace) if workspace is not None else None
         return await background_outcome(
-            service, provider.name, started, RunLimits(**limits), labels, trace_context, options
+            service,
+            provider.name,
+            started,
+            RunLimits(**limits),
+            labels,
+            trace_context,
+            options,
+            max_concurrent,
         )
     finally:
         await service.aclose()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:  # a plain `dsh run --json` does not import the job stack
@@ -22,7 +22,16 @@ _DIAGNOSTIC, _DISPOSE = "diagnostic: ", "; dispose failed: "
 
 @dataclass(frozen=True, slots=True)
 class RunReport:
-    """``stop_reason`` is the result's (``completed``, ``error``, ...) or ``timeout``."""
+    """``stop_reason`` is the result's (``completed``, ``error``, ...) or ``timeout``.
+
+    ``facts`` are the run's host-only facts, each printed under its own key beside the fields
+    (docs/cli.md): ``usage`` (``UsageFacts.as_json``, rate limits included), ``timings``
+    (``RunTimings.as_json``), ``workspace`` (a worktree run's changes), ``queue`` (the fair
+    queue's place, order and wait), ``structured_output`` (the answer's JSON value, checked
+    against ``--output-schema``; ``text`` is the same JSON). A fact the run did not produce is
+    left out. A new host fact in the tool result's or the job's ``meta`` is printed with no
+    change here.
+    """
 
     stop_reason: str
     text: str
@@ -30,22 +39,12 @@ class RunReport:
     job_id: str | None
     elapsed_s: float
     exit_code: int
-    usage: dict[str, Any] | None = None
-    """The product's usage facts (host-only; ``UsageFacts.as_json``), when it reported any."""
-    timings: dict[str, Any] | None = None
-    """dsh's own stamps of the run (``RunTimings.as_json``), when it got as far as starting."""
-    workspace: dict[str, Any] | None = None
-    """A worktree run's changes (branch, commit, base, files, counts; ``Changes.as_json``)."""
-    structured_output: Any = None
-    """The answer's JSON value, checked against ``--output-schema`` (absent when the run had no
-    schema, failed, or the value is ``null``: ``text`` is the same JSON)."""
+    facts: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "facts"}
         data["elapsed_s"] = round(self.elapsed_s, 3)
-        for key in ("usage", "timings", "workspace", "structured_output"):
-            if data[key] is None:
-                del data[key]  # only a run that started (and was reported on) has them
+        data.update({k: v for k, v in self.facts.items() if v is not None and k not in data})
         return data
 
     def write_json(self, out: TextIO) -> None:
@@ -57,7 +56,7 @@ def from_tool_result(result: ToolResult, elapsed_s: float, exit_code: int) -> Ru
     value = result.value or {}
     stop_reason = str(value.get("stop_reason") or ("error" if result.is_error else "completed"))
     diagnostic = value.get("diagnostic")
-    usage, timings, workspace = _host_facts(result.meta)
+    facts = {**(result.meta or {}), "structured_output": value.get("structured_output")}
     return RunReport(
         stop_reason,
         result.text,
@@ -65,28 +64,18 @@ def from_tool_result(result: ToolResult, elapsed_s: float, exit_code: int) -> Ru
         None,
         elapsed_s,
         exit_code,
-        usage,
-        timings,
-        workspace,
-        value.get("structured_output"),
+        facts,
     )
 
 
-def _host_facts(meta: Mapping[str, Any] | None) -> tuple[Any, Any, Any]:
-    """The ``usage``, ``timings`` and ``workspace`` of a tool result's or a job's host-only
-    facts."""
-    meta = meta or {}
-    return meta.get("usage"), meta.get("timings"), meta.get("workspace")
-
-
 def _job_stop_reason(snapshot: JobSnapshot) -> tuple[str, str | None]:
-    from dsh.jobs import JobStatus
-
     """The run's stop reason and diagnostic, from the job status and its detail line.
 
     The detail of a failed subagent job is ``<stop reason>[; diagnostic: <line>][; ...]``
     (``dsh.tool_subagent._tool``), so both parts are read back from it.
     """
+    from dsh.jobs import JobStatus
+
     if snapshot.status is JobStatus.COMPLETED:
         return "completed", None
     if snapshot.status is JobStatus.KILLED:
@@ -101,18 +90,8 @@ def _job_stop_reason(snapshot: JobSnapshot) -> tuple[str, str | None]:
 def from_job(snapshot: JobSnapshot, output: str, elapsed_s: float, exit_code: int) -> RunReport:
     """A background job, read after it settled."""
     stop_reason, diagnostic = _job_stop_reason(snapshot)
-    usage, timings, workspace = _host_facts(snapshot.meta)
     return RunReport(
-        stop_reason,
-        output,
-        diagnostic,
-        snapshot.id,
-        elapsed_s,
-        exit_code,
-        usage,
-        timings,
-        workspace,
-        (snapshot.meta or {}).get("structured_output"),
+        stop_reason, output, diagnostic, snapshot.id, elapsed_s, exit_code, snapshot.meta or {}
     )
 
 

@@ -212,14 +212,20 @@ class SubagentTool(ToolBase[Caller]):
         *,
         product: str | None = None,
         portable_provider: tuple[str, Mapping[str, Any]] | None = None,
+        max_concurrent: int | None = None,
     ) -> None:
         """``product`` names the coding-agent product in the description (e.g. ``"Codex"``).
 
         ``portable_provider`` is the provider's profile entry (``kind``, ``config``): what an
         executor that runs jobs elsewhere (``JobRegistry.executor.portable``) sends instead of
         the live provider, to build the same provider where the job runs.
+
+        ``max_concurrent`` is the provider's limit on runs in flight in this process (its
+        profile entry's): every run of this tool first takes a slot in the provider's fair
+        queue (``_queue``); ``None``: no queue.
         """
         self.portable_provider = portable_provider
+        self.max_concurrent = max_concurrent
         provider = service.get(config.provider)
         if provider is None:
             raise MountError(
@@ -350,6 +356,7 @@ class SubagentTool(ToolBase[Caller]):
             limits,
             self.labels,
             workspace,
+            self.max_concurrent,
         )
         if isinstance(end, str):
             if killed():
@@ -431,10 +438,12 @@ class SubagentTool(ToolBase[Caller]):
                 self.name,
                 trace_carrier(),
                 self.config.workspace_options,
+                self.max_concurrent,
             )
         limits, labels, workspace = self.config.limits, self.labels, self.config.workspace_options
+        concurrent = self.max_concurrent
         return lambda: background_outcome(
-            self.service, self.config.provider, request, limits, labels, None, workspace
+            self.service, self.config.provider, request, limits, labels, None, workspace, concurrent
         )
 
     def __repr__(self) -> str:
