@@ -1,11 +1,12 @@
 """Every public module of the six packages has a sorted, complete ``__all__``; each ships py.typed.
 
 "Complete" is read from the module's source. A package ``__init__`` only re-exports, so every
-public name it binds at the top level (imports, definitions, assignments) is in ``__all__``,
-and ``__all__`` names nothing else. A public noun module (``errors``, ``config``, ``testing``,
-``tools``) also imports helpers for its own use, so there every public name it *defines* is in
-``__all__`` and each name in ``__all__`` is one it defines or imports. Every name in ``__all__``
-resolves.
+public name it binds at the top level (imports, definitions, assignments, and the names it
+provides lazily: the keys of a ``_LAZY`` dict literal that its PEP 562 ``__getattr__`` imports
+on first use) is in ``__all__``, and ``__all__`` names nothing else. A public noun module
+(``errors``, ``config``, ``testing``, ``tools``) also imports helpers for its own use, so there
+every public name it *defines* is in ``__all__`` and each name in ``__all__`` is one it defines
+or imports. Every name in ``__all__`` resolves.
 """
 
 from __future__ import annotations
@@ -76,6 +77,18 @@ def _bound_public_names(tree: ast.Module, *, imports: bool) -> set[str]:
     return {name for name in names if not name.startswith("_")}
 
 
+def _lazy_names(tree: ast.Module) -> set[str]:
+    """The keys of a top-level ``_LAZY = {name: module, ...}`` (names served by ``__getattr__``)."""
+    for node in _runtime_statements(tree.body):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "_LAZY" for t in node.targets
+        ):
+            value = ast.literal_eval(node.value)
+            assert isinstance(value, dict), "_LAZY is a dict literal"
+            return {str(name) for name in value}
+    return set()
+
+
 def _declared_all(tree: ast.Module) -> list[str]:
     for node in _runtime_statements(tree.body):
         if isinstance(node, ast.Assign) and any(
@@ -109,9 +122,18 @@ def test_all_is_sorted_and_names_exactly_the_public_names(path: Path) -> None:
     declared = _declared_all(tree)
     assert declared == sorted(declared, key=_isort_key), "__all__ is not sorted"
     assert len(declared) == len(set(declared)), "__all__ repeats a name"
-    bound = _bound_public_names(tree, imports=True)
+    bound = _bound_public_names(tree, imports=True) | _lazy_names(tree)
     exported = bound if path.name == "__init__.py" else _bound_public_names(tree, imports=False)
     assert sorted(exported - set(declared)) == [], "public names missing from __all__"
     assert sorted(set(declared) - bound) == [], "__all__ names what the module does not bind"
     module = importlib.import_module(_module_name(path))
+    # hasattr runs a lazy name's import: each one resolves, to the object its module defines.
     assert [name for name in declared if not hasattr(module, name)] == []
+    for name, source in _lazy_sources(module).items():
+        assert getattr(module, name) is getattr(importlib.import_module(source), name), name
+
+
+def _lazy_sources(module: object) -> dict[str, str]:
+    lazy = getattr(module, "_LAZY", {})
+    assert isinstance(lazy, dict)
+    return {str(name): str(source) for name, source in lazy.items()}

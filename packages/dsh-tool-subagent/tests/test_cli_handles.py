@@ -16,11 +16,11 @@ from typing import Any
 import pydantic
 import pytest
 
+import dsh.subagent
 from dsh.subagent import Capabilities, SubagentError
 from dsh.subagent.testing import FakeProvider
 from dsh.subprocess import Collect, SpawnSpec, default_runtime
 from dsh.tool_subagent import Harness
-from dsh.tool_subagent import _cli as cli_module
 from dsh.tool_subagent import _harness as harness_module
 from dsh.tool_subagent._cli import main, run_command
 
@@ -245,7 +245,8 @@ def test_missing_profile_file_names_path_and_reason(
 async def test_unknown_tool_of_a_missing_kind_names_the_extra(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cli_module, "installed_provider_kinds", lambda: ("codex",))
+    # The command imports it where it is used (start-up: docs/performance.md).
+    monkeypatch.setattr(dsh.subagent, "installed_provider_kinds", lambda: ("codex",))
     async with Harness.from_profile(_profile(tmp_path)) as harness:
         err = io.StringIO()
         rc = await run_command(harness, "t", tool_name="subagent_claude_code", stderr=err)

@@ -16,9 +16,6 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from jsonschema import exceptions as _schema_errors
-from jsonschema import validators as _validators
-
 from dsh.subagent._diagnostics import FailureFacts, failure_line
 from dsh.subagent._types import StopReason, SubagentResult, TextBlock
 
@@ -59,10 +56,15 @@ def check_output_schema(schema: object) -> None:
         raise ValueError("must hold JSON values only") from None
     if size > MAX_OUTPUT_SCHEMA_BYTES:
         raise ValueError(f"is {size} bytes as JSON; the limit is {MAX_OUTPUT_SCHEMA_BYTES}")
-    cls: Any = _validators.validator_for(schema, default=_validators.Draft202012Validator)
+    # jsonschema is imported here, where a schema is checked: most runs have none, and its
+    # import is a large part of `dsh run`'s start-up (docs/performance.md, "Start-up").
+    from jsonschema import exceptions as schema_errors
+    from jsonschema import validators
+
+    cls: Any = validators.validator_for(schema, default=validators.Draft202012Validator)
     try:
         cls.check_schema(schema)
-    except _schema_errors.SchemaError as exc:
+    except schema_errors.SchemaError as exc:
         where = "/".join(str(part) for part in exc.absolute_path)
         message = exc.message[:_PROBLEM_CHARS]
         raise ValueError(
@@ -77,7 +79,9 @@ def _matching_value(schema: Mapping[str, Any], text: str) -> tuple[bool, Any]:
         value = json.loads(text, parse_constant=_no_constant)
     except ValueError:
         return (False, None)
-    cls: Any = _validators.validator_for(schema, default=_validators.Draft202012Validator)
+    from jsonschema import validators
+
+    cls: Any = validators.validator_for(schema, default=validators.Draft202012Validator)
     return (bool(cls(schema).is_valid(value)), value)
 
 

@@ -4,40 +4,38 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import sys
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from dsh.jobs import JobSnapshot, JobStatus
-from dsh.subagent import installed_provider_kinds
-from dsh.tool_subagent import _run_report
-from dsh.tool_subagent._arguments import DelegationArguments
-from dsh.tool_subagent._auth_hint import auth_hint
 from dsh.tool_subagent._cli_options import (
     add_common_options,
     configure_logging,
     guard_broken_pipe,
     positive_seconds,
 )
-from dsh.tool_subagent._doctor import doctor
-from dsh.tool_subagent._harness import Harness, default_tool_name
-from dsh.tool_subagent._jobs_command import add_jobs_parser, jobs_main
-from dsh.tool_subagent._known_providers import INSTALL_REQUIREMENTS
-from dsh.tool_subagent._model_options import add_model_options, model_options
-from dsh.tool_subagent._signals import exit_code_on_signal
-from dsh.tool_subagent._tool import Caller, SubagentTool, SubagentToolConfig
 from dsh.tool_subagent._version import __version__
 from dsh.tool_subagent.errors import ProfileError
+
+if TYPE_CHECKING:
+    from dsh.jobs import JobSnapshot
+    from dsh.tool_subagent._harness import Harness
+    from dsh.tool_subagent._tool import Caller, SubagentTool
+
+# Start-up (docs/performance.md): this module imports only what parsing the command line needs.
+# Each command imports its own modules when it runs, so `dsh --version` and `--help` import
+# neither pydantic nor the tool layer, and `dsh run` never imports the job stack's command,
+# rich (unless stderr is a terminal), the MCP SDK or the doctor.
 
 __all__ = ["build_parser", "main", "run_command"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 2, 124, 130
 _BACKGROUND_POLL_S = 3600.0
+_JOBS_HELP = "list, read, stop and prune background jobs"
 _PROFILE_HELP = "profile TOML file (default: every installed provider)"
 
 
@@ -53,6 +51,8 @@ async def _status(tool_name: str, stream: TextIO) -> AsyncIterator[None]:
     if not stream.isatty():
         yield
         return
+    import asyncio
+
     from rich.console import Console
 
     console = Console(file=stream)
@@ -73,6 +73,10 @@ async def _status(tool_name: str, stream: TextIO) -> AsyncIterator[None]:
 
 
 def _unknown_tool(tool_name: str, tools: Sequence[SubagentTool]) -> str:
+    from dsh.subagent import installed_provider_kinds
+    from dsh.tool_subagent._harness import default_tool_name
+    from dsh.tool_subagent._known_providers import INSTALL_REQUIREMENTS
+
     names = ", ".join(t.name for t in tools) or "none"
     text = f'dsh run: no delegation tool named "{tool_name}" (tools: {names})'
     installed = installed_provider_kinds()
@@ -100,6 +104,8 @@ def _pick_tool(harness: Harness, tool_name: str | None, err: TextIO) -> Subagent
 
 
 def _print_auth_hint(tool: SubagentTool, failure_text: str, err: TextIO) -> None:
+    from dsh.tool_subagent._auth_hint import auth_hint
+
     hint = auth_hint(tool.service.get(tool.config.provider), failure_text)
     if hint:
         print(hint, file=err)
@@ -169,6 +175,9 @@ async def run_command(
     of the chosen tool's config for this run (``--stall-timeout``, ``--workspace``, …);
     ``options`` are per-delegation fields of its arguments model (docs/cli.md).
     """
+    from dsh.tool_subagent import _run_report
+    from dsh.tool_subagent._tool import Caller
+
     out = stdout if stdout is not None else sys.stdout
     err = stderr if stderr is not None else sys.stderr
     tool = _pick_tool(harness, tool_name, err)
@@ -189,6 +198,8 @@ async def run_command(
     async with _status(tool.name, err):
         result = await tool.delegate(arguments, caller)
         if background and not result.is_error:
+            from dsh.jobs import JobStatus
+
             assert result.value is not None
             job_id = str(result.value["job_id"])
             if not as_json:
@@ -219,6 +230,14 @@ async def run_command(
 
 
 async def _run_main(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from dsh.tool_subagent import _run_report
+    from dsh.tool_subagent._arguments import DelegationArguments
+    from dsh.tool_subagent._harness import Harness
+    from dsh.tool_subagent._model_options import model_options
+    from dsh.tool_subagent._tool import SubagentToolConfig
+
     task = sys.stdin.read() if args.task == "-" else args.task
     if not task.strip():
         print("dsh run: TASK is empty", file=sys.stderr)
@@ -256,7 +275,19 @@ async def _run_main(args: argparse.Namespace) -> int:
         return EXIT_TIMEOUT
 
 
-def build_parser() -> argparse.ArgumentParser:
+_COMMANDS = ("run", "profile", "doctor", "demo", "jobs", "mcp")
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names (no top-level option takes a command's name as its value)."""
+    return next((word for word in argv if word in _COMMANDS), None)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``dsh`` parser. With ``command``, only that subcommand gets its options (the others
+    are listed by name and help alone): the options of ``run`` come from pydantic models and
+    those of ``jobs`` from the job stack, which ``dsh --version`` and ``--help`` do not need."""
+    full = command is None
     parser = argparse.ArgumentParser(
         prog="dsh", description="Delegate tasks to coding-agent products."
     )
@@ -283,8 +314,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="cancel the run after SECONDS (its process tree exits first), exit 124",
     )
-    add_model_options(run, SubagentToolConfig)  # the tool's settings, for this run
-    add_model_options(run, DelegationArguments)  # per-delegation options
+    if full or command == "run":
+        from dsh.tool_subagent._arguments import DelegationArguments
+        from dsh.tool_subagent._model_options import add_model_options
+        from dsh.tool_subagent._tool import SubagentToolConfig
+
+        add_model_options(run, SubagentToolConfig)  # the tool's settings, for this run
+        add_model_options(run, DelegationArguments)  # per-delegation options
     run.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     run.add_argument("task", metavar="TASK", help="the task text, or - to read stdin")
     profile = sub.add_parser("profile", help="profile tools")
@@ -319,7 +355,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="at most N jobs at once on each Ray node, as [jobs] max_runs_per_node",
     )
-    add_jobs_parser(sub, add_common_options)
+    if full or command == "jobs":
+        from dsh.tool_subagent._jobs_command import add_jobs_parser
+
+        add_jobs_parser(sub, add_common_options)
+    else:
+        sub.add_parser("jobs", help=_JOBS_HELP)
     mcp = sub.add_parser("mcp", help="serve the harness tools over MCP stdio")
     mcp.add_argument("--profile", metavar="PROFILE", help=_PROFILE_HELP)
     mcp.add_argument("--cwd", help="working directory for the subagents (default: current)")
@@ -330,18 +371,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
+        import asyncio
+
+        from dsh.tool_subagent._signals import exit_code_on_signal
+
         args.cwd = str(Path(args.cwd).absolute() if args.cwd else Path.cwd())
         try:
             return asyncio.run(exit_code_on_signal(lambda: _run_main(args)))
         except KeyboardInterrupt:
             return EXIT_INTERRUPTED
     if args.command == "jobs":
+        from dsh.tool_subagent._jobs_command import jobs_main
+
         return jobs_main(args)
+    from dsh.tool_subagent._harness import Harness
+
     if args.command == "profile":
         harness = Harness.from_profile(args.profile)
         print(json.dumps(harness.describe(), indent=2))
         return EXIT_OK
     if args.command == "doctor":
+        from dsh.tool_subagent._doctor import doctor
+
         if args.profile is None:
             return doctor(as_json=args.json)
         subagents = Harness.from_profile(args.profile).subagents
@@ -366,9 +417,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_command_of(words) or "")
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(words)
     except SystemExit as exc:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
     configure_logging(args, handler=args.command != "mcp")

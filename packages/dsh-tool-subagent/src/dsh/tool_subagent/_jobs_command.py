@@ -66,7 +66,7 @@ def _seconds(text: str) -> float:
 
 def add_jobs_parser(sub: Any, common: Any) -> None:
     """The ``jobs`` subcommand and its verbs, on the ``dsh`` parser's subparsers ``sub``."""
-    jobs = sub.add_parser("jobs", help="list, read, stop and prune background jobs")
+    jobs = sub.add_parser("jobs", help="list, read, stop and prune background jobs")  # = _cli
     verbs = jobs.add_subparsers(dest="jobs_command", required=True)
 
     def verb(name: str, help_text: str) -> argparse.ArgumentParser:

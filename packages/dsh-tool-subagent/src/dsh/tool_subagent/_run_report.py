@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from dsh.jobs import JobSnapshot, JobStatus
-from dsh.jobs.tools import ToolResult
+if TYPE_CHECKING:  # a plain `dsh run --json` does not import the job stack
+    from dsh.jobs import JobSnapshot
+    from dsh.jobs.tools import ToolResult
 
 __all__ = ["RunReport", "from_job", "from_tool_result", "timed_out"]
 
@@ -73,6 +74,8 @@ def _job_stop_reason(snapshot: JobSnapshot) -> tuple[str, str | None]:
     The detail of a failed subagent job is ``<stop reason>[; diagnostic: <line>][; ...]``
     (``dsh.tool_subagent._tool``), so both parts are read back from it.
     """
+    from dsh.jobs import JobStatus
+
     if snapshot.status is JobStatus.COMPLETED:
         return "completed", None
     if snapshot.status is JobStatus.KILLED:
