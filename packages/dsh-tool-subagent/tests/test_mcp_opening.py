@@ -1,0 +1,128 @@
+"""The opening answers ``dsh mcp`` gives before the SDK loads are the SDK's own bytes.
+
+Each case sends the same opening to the SDK's server (in-process, over memory streams) and to
+:class:`Opening`, and compares the SDK's frame, written as its stdio transport writes it, with
+the opening's. No product runs here: the harness uses ``FakeProvider``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+from mcp.shared.memory import create_client_server_memory_streams
+from mcp.shared.message import SessionMessage
+from mcp.types import JSONRPCNotification, JSONRPCRequest
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+from dsh.jobs import JobRegistry
+from dsh.jobs.tools import job_tools
+from dsh.subagent import Capabilities, SubagentService
+from dsh.subagent.testing import FakeProvider
+from dsh.tool_subagent import Harness, SubagentTool, SubagentToolConfig
+from dsh.tool_subagent._mcp.opening import HANDSHAKE_VERSIONS, Opening
+from dsh.tool_subagent._mcp.server import serve_connection
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"failing": {"type": "array", "items": {"type": "string"}}},
+    "required": ["failing"],
+    "additionalProperties": False,
+}
+
+
+def _harness(*, typed: bool) -> Harness:
+    service = SubagentService()
+    harness_jobs = JobRegistry()
+    provider = FakeProvider("fake", capabilities=Capabilities(output_schema=True))
+    service.register(provider)
+    extra: dict[str, Any] = (
+        {"output_schema": SCHEMA, "enable_run_in_background": False} if typed else {}
+    )
+    config = SubagentToolConfig(
+        provider="fake", tool_name="subagent_fake", max_depth="provider-managed", **extra
+    )
+    tools: list[Any] = [SubagentTool(config, service, harness_jobs), *job_tools(harness_jobs)]
+    return Harness(service, harness_jobs, tuple(tools), {"fake": "fake"})
+
+
+def _opening_lines(version: str) -> list[dict[str, Any]]:
+    params = {
+        "protocolVersion": version,
+        "capabilities": {},
+        "clientInfo": {"name": "c", "version": "1"},
+    }
+    return [
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": "list", "method": "tools/list", "params": {}},
+    ]
+
+
+def _session_message(line: dict[str, Any]) -> SessionMessage:
+    if "id" not in line:
+        return SessionMessage(JSONRPCNotification(**line))
+    return SessionMessage(JSONRPCRequest(**line))
+
+
+async def _sdk_frames(harness: Harness, lines: list[dict[str, Any]]) -> list[bytes]:
+    """The SDK's answers, as its stdio transport writes them."""
+    frames: list[bytes] = []
+    async with (
+        create_client_server_memory_streams() as (client, server),
+        anyio.create_task_group() as group,
+    ):
+        group.start_soon(lambda: serve_connection(harness, *server))
+        client_read, client_write = client
+        for line in lines:
+            await client_write.send(_session_message(line))
+        with anyio.fail_after(10):
+            async for item in client_read:
+                assert isinstance(item, SessionMessage)
+                dumped = item.message.model_dump_json(by_alias=True, exclude_unset=True)
+                frames.append(dumped.encode("utf-8") + b"\n")
+                if len(frames) == 2:
+                    break
+        await client_write.aclose()
+    return frames
+
+
+def _opening_frames(harness: Harness, lines: list[dict[str, Any]]) -> tuple[list[bytes], Opening]:
+    opening = Opening(harness)
+    frames = []
+    for line in lines:
+        frame, _ = opening.take(json.dumps(line).encode("utf-8"))
+        if frame is not None:
+            frames.append(frame)
+    return frames, opening
+
+
+def test_the_handshake_versions_are_the_sdks() -> None:
+    assert HANDSHAKE_VERSIONS == HANDSHAKE_PROTOCOL_VERSIONS
+
+
+@pytest.mark.parametrize("typed", [False, True])
+@pytest.mark.parametrize("version", [*HANDSHAKE_VERSIONS, "2026-07-28", "1999-01-01"])
+async def test_initialize_and_tools_list_are_the_sdks_bytes(version: str, typed: bool) -> None:
+    lines = _opening_lines(version)
+    async with _harness(typed=typed) as harness:
+        ours, opening = _opening_frames(harness, lines)
+        theirs = await _sdk_frames(harness, lines)
+    assert ours == theirs
+    assert (b'"outputSchema"' in ours[1]) is typed
+    # The SDK still reads the handshake (its answer to it is dropped), not the tool list.
+    assert opening.answered == 0
+    assert bytes(opening.replay).count(b"\n") == 2
+
+
+def test_an_opening_that_is_not_a_handshake_is_left_to_the_sdk_whole() -> None:
+    harness = _harness(typed=False)
+    opening = Opening(harness)
+    discover = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}}
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    assert opening.take(json.dumps(discover).encode()) == (None, True)
+    assert opening.take(json.dumps(listing).encode()) == (None, True)
+    assert opening.answered is None
+    assert bytes(opening.replay).count(b"\n") == 2
