@@ -7,7 +7,11 @@ the opening's. No product runs here: the harness uses ``FakeProvider``.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -21,6 +25,7 @@ from dsh.jobs import JobRegistry
 from dsh.jobs.tools import job_tools
 from dsh.subagent import Capabilities, SubagentService
 from dsh.subagent.testing import FakeProvider
+from dsh.subprocess import Collect, SpawnSpec, default_runtime
 from dsh.tool_subagent import Harness, SubagentTool, SubagentToolConfig
 from dsh.tool_subagent._mcp.opening import HANDSHAKE_VERSIONS, Opening
 from dsh.tool_subagent._mcp.server import serve_connection
@@ -126,3 +131,44 @@ def test_an_opening_that_is_not_a_handshake_is_left_to_the_sdk_whole() -> None:
     assert opening.take(json.dumps(listing).encode()) == (None, True)
     assert opening.answered is None
     assert bytes(opening.replay).count(b"\n") == 2
+
+
+_NO_SDK = """
+import json, sys
+from dsh.tool_subagent._mcp.opening import Opening, prepared
+
+harness = prepared(sys.argv[1])
+opening = Opening(harness)
+client = {"name": "c", "version": "1"}
+params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client}
+for line in (
+    {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params},
+    {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+):
+    frame, _ = opening.take(json.dumps(line).encode())
+    assert frame is not None
+sdk = ("mcp", "mcp_types", "anyio", "opentelemetry")
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in sdk)
+print(loaded, "dsh.tool_subagent._mcp.server" in sys.modules)
+"""
+
+
+async def test_the_opening_answers_import_no_mcp_sdk_nor_opentelemetry(tmp_path: Path) -> None:
+    script = tmp_path / "no_sdk.py"
+    script.write_text(_NO_SDK, encoding="utf-8")
+    # A Codex-only profile: the Claude Code provider imports claude-agent-sdk, which imports
+    # the MCP SDK itself (docs/performance.md, "Start-up").
+    profile = tmp_path / "codex.toml"
+    profile.write_text('[[provider]]\nkind = "codex"\n', encoding="utf-8")
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}
+    spec = SpawnSpec(
+        argv=[sys.executable, str(script), str(profile)],
+        env=env,
+        stdout=Collect(1 << 14),
+        stderr=Collect(1 << 16),
+    )
+    async with await default_runtime().spawn(spec) as proc:
+        async with asyncio.timeout(60):
+            outcome = await proc.wait()
+    stderr = proc.collected("stderr").text
+    assert (outcome.exit_code, proc.collected("stdout").text) == (0, "[] False\n"), stderr
