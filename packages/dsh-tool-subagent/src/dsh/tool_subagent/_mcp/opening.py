@@ -37,10 +37,10 @@ __all__ = [
     "NO_DELEGATION_WARNING",
     "SERVER_NAME",
     "Opening",
-    "annotations",
     "initialize_result",
     "list_tools_result",
     "prepared",
+    "wire_annotations",
     "wire_tool",
 ]
 
@@ -81,7 +81,7 @@ def _schema(schema: Mapping[str, Any]) -> dict[str, Any]:
 _SCHEMA_KEYS = ("properties", "required", "type")
 
 
-def annotations(tool: Tool) -> dict[str, bool] | None:
+def wire_annotations(tool: Tool) -> dict[str, bool] | None:
     """A tool's MCP behaviour hints, as on the wire (``readOnlyHint``...), or None."""
     hints = tool.behaviour_hints if isinstance(tool, ToolBase) else None
     if hints is None:
@@ -104,7 +104,7 @@ def wire_tool(tool: Tool) -> dict[str, Any]:
     output = result_schema(tool)
     if output is not None:
         fields["outputSchema"] = _schema(output)
-    hints = annotations(tool)
+    hints = wire_annotations(tool)
     if hints is not None:
         fields["annotations"] = hints
     return _sorted(fields)
@@ -178,6 +178,7 @@ class Opening:
     def take(self, line: bytes) -> tuple[bytes | None, bool]:
         """One complete line (without its newline): the frame to send for it, if any, and
         whether the SDK is needed now."""
+        message: Any
         try:
             message = json.loads(line) if self._answering else None
         except ValueError:

@@ -43,8 +43,8 @@ from dsh.tool_subagent._mcp.opening import (
     NO_DELEGATION_WARNING,
     SERVER_NAME,
     Opening,
-    annotations,
     prepared,
+    wire_annotations,
     wire_tool,
 )
 from dsh.tool_subagent._mcp.stdin import stdin_lines
@@ -81,7 +81,7 @@ def new_caller(cwd: str | None, scope: str | None = None) -> Caller:
 def annotations_for(tool: Tool) -> types.ToolAnnotations | None:
     """The MCP behaviour hints of a harness tool, from its ``behaviour_hints`` (None for a tool
     of unknown behaviour)."""
-    hints = annotations(tool)
+    hints = wire_annotations(tool)
     return None if hints is None else types.ToolAnnotations.model_validate(hints)
 
 
