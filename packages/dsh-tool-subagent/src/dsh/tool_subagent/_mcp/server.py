@@ -22,8 +22,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import anyio
 from mcp import types
@@ -48,7 +47,7 @@ from dsh.tool_subagent._mcp.opening import (
     wire_tool,
 )
 from dsh.tool_subagent._mcp.stdin import stdin_lines
-from dsh.tool_subagent._mcp.streams import ReadStream, WriteStream
+from dsh.tool_subagent._mcp.streams import ReadStream, Wrapper, WriteStream
 from dsh.tool_subagent._tool import Caller
 from dsh.tool_subagent._version import __version__
 
@@ -242,12 +241,12 @@ async def serve_connection(
     return owner
 
 
-class _Answered:
+class _Answered(Wrapper):
     """A write stream that drops the one response to ``request_id``: the replayed opening
-    ``initialize``, which was answered already. Closing delegates to the wrapped stream."""
+    ``initialize``, which was answered already."""
 
     def __init__(self, inner: WriteStream[SessionMessage], request_id: Any) -> None:
-        self._inner = inner
+        self._inner: WriteStream[SessionMessage] = inner
         self._id: Any = request_id
 
     async def send(self, item: SessionMessage, /) -> None:
@@ -260,21 +259,6 @@ class _Answered:
             self._id = None
             return
         await self._inner.send(item)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> bool | None:
-        await self.aclose()
-        return None
 
 
 async def serve_stdio(
