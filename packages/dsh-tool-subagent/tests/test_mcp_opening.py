@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -172,3 +173,40 @@ async def test_the_opening_answers_import_no_mcp_sdk_nor_opentelemetry(tmp_path:
             outcome = await proc.wait()
     stderr = proc.collected("stderr").text
     assert (outcome.exit_code, proc.collected("stdout").text) == (0, "[] False\n"), stderr
+
+
+def test_serve_answers_from_the_pipe_and_leaves_the_rest_to_the_sdk() -> None:
+    """Over a real pipe: the opening is answered, the SDK's load starts once the tool list is
+    answered, and what the SDK must read (the handshake, then the unanswered lines and a partial
+    one) is kept in order."""
+    harness = _harness(typed=False)
+    lines = _opening_lines("2025-06-18")
+    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "job_list"}}
+    wire = b"".join(json.dumps(line).encode() + b"\n" for line in [*lines, call]) + b'{"partial'
+    stdin_r, stdin_w = os.pipe()
+    stdout_r, stdout_w = os.pipe()
+    os.write(stdin_w, wire)
+    loaded = threading.Event()
+    loads: list[int] = []
+
+    def load() -> None:
+        loads.append(1)
+        loaded.set()
+
+    opening = Opening(harness)
+    try:
+        opening.serve((stdin_r, stdout_w), loaded, load, lambda: False)
+        os.close(stdout_w)
+        written = os.read(stdout_r, 1 << 20)
+    finally:
+        for fd in (stdin_r, stdin_w, stdout_r):
+            os.close(fd)
+    answers = [json.loads(frame) for frame in written.splitlines()]
+    assert [answer["id"] for answer in answers] == [0, "list"]
+    assert loads == [1]
+    replay = bytes(opening.replay)
+    assert replay.startswith(json.dumps(lines[0]).encode() + b"\n")
+    assert replay.endswith(json.dumps(call).encode() + b'\n{"partial')
+    assert b"tools/list" not in replay
+    assert opening.answered == 0
+    assert not opening.eof
