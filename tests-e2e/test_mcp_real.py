@@ -1141,3 +1141,51 @@ async def test_claude_code_as_host_gets_the_stall_limit_of_a_stalled_codex_subag
     assert out.strip() == "host done", err[-3000:]
     _assert_stopped_in_time(script)
     assert await settle_ours(tmp_path) == []
+
+
+#: Runs of the plain-entry check (issue 42): a miss was one in three before the opening answers.
+PLAIN_ENTRY_RUNS = 10
+EXPECTED_PLAIN_TOOLS = (
+    "subagent_codex",
+    "subagent_claude_code",
+    "job_output",
+    "job_list",
+    "job_kill",
+)
+
+
+@pytest.mark.timeout(600)
+async def test_codex_with_a_plain_mcp_servers_entry_offers_dshs_tools_in_its_first_request(
+    tmp_path: Path, workspace: Path, servers: Servers
+) -> None:
+    """``[mcp_servers.dsh]`` with no ``required = true``: Codex sends its first model request
+    after a short grace, not after every server is ready, so dsh must have answered
+    ``initialize`` and ``tools/list`` by then (docs/mcp.md, "Start-up"). Each run asks the host
+    model once, which answers at once: the first request is the one that matters."""
+    firsts: list[list[str]] = []
+
+    def route(request: RecordedRequest) -> Reply | None:
+        body = request.body
+        if not isinstance(body, dict) or "input" not in body:
+            return None
+        tools = json.dumps(body.get("tools", []))
+        firsts.append([name for name in EXPECTED_PLAIN_TOOLS if f'"{name}"' in tools])
+        return Reply((MessageItem("host done"),))
+
+    entry = (
+        "\n[mcp_servers.dsh]\n"
+        'command = "dsh"\n'
+        f'args = ["mcp", "--profile", {json.dumps(str(servers.profile))},'
+        f' "--cwd", {json.dumps(str(workspace))}]\n'
+    )
+    with threaded_responses_server(route) as host_url:
+        home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
+        with (home / "config.toml").open("a", encoding="utf-8") as config:
+            config.write(entry)
+        env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
+        command = ["codex", "exec", "--skip-git-repo-check", "TASK"]
+        for _ in range(PLAIN_ENTRY_RUNS):
+            out, err = await _run_hosts([command], workspace, {**env, "RUST_LOG": "error"})
+            assert out.strip() == "host done", err[-3000:]
+    assert firsts == [list(EXPECTED_PLAIN_TOOLS)] * PLAIN_ENTRY_RUNS
+    assert await settle_ours(tmp_path) == []

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Mapping
 from pathlib import Path
-
-import claude_agent_sdk
 
 from dsh.subagent_claude_code._env import forwarding
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
@@ -36,7 +35,12 @@ class PayloadMissing(Exception):
 
 def bundled_cli() -> str:
     """The path of the CLI bundled in the installed ``claude-agent-sdk`` wheel; no fallback."""
-    path = Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
+    # Found without importing the SDK (its import loads the MCP SDK too; docs/performance.md,
+    # "Start-up"): the CLI sits beside the package's __init__.
+    spec = importlib.util.find_spec("claude_agent_sdk")
+    if spec is None or spec.origin is None:
+        raise PayloadMissing("claude-agent-sdk is not installed")
+    path = Path(spec.origin).parent / "_bundled" / "claude"
     if not path.is_file():
         raise PayloadMissing("the claude-agent-sdk wheel carries no bundled CLI")
     if not os.access(path, os.X_OK):
@@ -86,6 +90,8 @@ def child_env_overlay(
     ambient: Mapping[str, str] = os.environ if environ is None else environ
     overlay = forwarding(config).overlay(ambient)
     overlay.setdefault("CLAUDE_CODE_ENTRYPOINT", "sdk-py")
+    import claude_agent_sdk  # a run is starting: its transport imports the SDK anyway
+
     overlay["CLAUDE_AGENT_SDK_VERSION"] = claude_agent_sdk.__version__
     overlay["PWD"] = cwd
     for name in (*SESSION_MARKERS, _DERIVED_CLIENT_APP_ENV):

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from claude_agent_sdk import ResultMessage
+from typing import TYPE_CHECKING
 
 from dsh.subagent import STRUCTURED_OUTPUT_CATEGORY, ResolvedStartRequest
 from dsh.subagent.kit import FailureFacts, compact_json
+
+if TYPE_CHECKING:  # the SDK is imported when a run starts, not when the provider is built
+    from claude_agent_sdk import ResultMessage
 
 __all__ = [
     "DENY_MESSAGE",

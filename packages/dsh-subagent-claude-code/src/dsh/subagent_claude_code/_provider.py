@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from dsh.subagent import Capabilities, DemoPlan, ResolvedStartRequest
 from dsh.subagent.kit import Launch, ProductInstall, ProductProvider
@@ -23,7 +24,6 @@ from dsh.subagent_claude_code._env import (
     private_settings_file,
 )
 from dsh.subagent_claude_code._mapping import PREFIX, PRODUCT, request_flags
-from dsh.subagent_claude_code._run import ClaudeCodeRun
 from dsh.subagent_claude_code._run_dirs import RUN_DIR_TAG
 from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
 from dsh.subprocess import (
@@ -35,6 +35,11 @@ from dsh.subprocess import (
     limits_problem,
     reap_orphans_once,
 )
+
+if TYPE_CHECKING:
+    # The run (and with it claude-agent-sdk, which imports the MCP SDK) is imported when a run
+    # is made, not when the provider is built: `dsh mcp` lists the tools before then.
+    from dsh.subagent_claude_code._run import ClaudeCodeRun
 
 __all__ = ["ClaudeCodeProvider"]
 
@@ -59,7 +64,7 @@ _INSTALL = ProductInstall(
 _MODEL_ENV_PREFIXES = ("ANTHROPIC_MODEL", "ANTHROPIC_DEFAULT_", "ANTHROPIC_SMALL_FAST_MODEL")
 
 
-class ClaudeCodeProvider(ProductProvider[ClaudeCodeProviderConfig, ClaudeCodeRun]):
+class ClaudeCodeProvider(ProductProvider[ClaudeCodeProviderConfig, "ClaudeCodeRun"]):
     """Runs one-shot tasks on the Claude Code CLI bundled in ``claude-agent-sdk``.
 
     Building a provider starts no process and does no PATH lookup; ``start()`` (the kit's
@@ -180,6 +185,8 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeProviderConfig, ClaudeCodeRun
             owned_dir=run_dir,  # removed after whole-tree exit, by the supervisor where it can
             owned_files=made.files,  # and, outside private isolation, made by it too
         )
+        from dsh.subagent_claude_code._run import ClaudeCodeRun
+
         return ClaudeCodeRun(self.config, spec, self._runtime or default_runtime(), run_dir)
 
     async def prepare_run(self, run: ClaudeCodeRun, cwd: str, *, warm: bool) -> None:

@@ -3,8 +3,12 @@
 dsh never configures a tracer provider, a meter provider or an exporter: it asks the
 OpenTelemetry API for a tracer and a meter, which record nothing until the host installs an SDK.
 Without ``opentelemetry-api`` (the ``[otel]`` extra) this module imports none of it, and every
-call here does nothing. It is the only dsh module that imports OpenTelemetry (an import
-contract in pyproject.toml says so).
+call here does nothing. With it, the API is imported only once a host can have configured it:
+the host has imported the API itself (a provider is set through it) or names a provider in
+the environment (``OTEL_PYTHON_TRACER_PROVIDER``, ``OTEL_PYTHON_METER_PROVIDER``), or a
+delegation arrives with a trace context to continue; so a plain ``dsh run`` never pays for the
+import (docs/performance.md, "Start-up"). It is the only dsh module that imports OpenTelemetry
+(an import contract in pyproject.toml says so).
 
 A span or a metric holds names, counts, timings, the stop reason and the safe failure category.
 Never a prompt, an answer, a diagnostic text, a path or an environment value.
@@ -20,19 +24,14 @@ span also has the events ``dsh.job.running`` and ``dsh.job.settled``. Metrics: `
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
-
-try:
-    from opentelemetry import context, metrics, propagate, trace
-    from opentelemetry.trace import SpanKind, Status, StatusCode
-except ImportError:  # the [otel] extra is not installed: nothing here records
-    _OTEL = False
-else:
-    _OTEL = True
 
 from dsh.subagent import UsageFacts
 from dsh.subagent.kit import RunTimings
@@ -75,7 +74,36 @@ _USAGE_ATTRIBUTES = {
 
 def enabled() -> bool:
     """Whether the OpenTelemetry API is installed (a host SDK may or may not be configured)."""
-    return _OTEL
+    return _api() is not None
+
+
+_API: list[Any] = []
+#: Environment variables that name a provider the API loads at its first use.
+_PROVIDER_VARIABLES = ("OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER")
+
+
+def _api() -> Any:
+    """The OpenTelemetry API modules this module uses, imported at the first call; ``None``
+    when the ``[otel]`` extra is not installed (then nothing here records)."""
+    if not _API:
+        try:
+            from opentelemetry import context, metrics, propagate, trace
+            from opentelemetry.trace import SpanKind, Status, StatusCode
+        except ImportError:
+            _API.append(None)
+        else:
+            _API.append(
+                SimpleNamespace(
+                    context=context,
+                    metrics=metrics,
+                    propagate=propagate,
+                    trace=trace,
+                    SpanKind=SpanKind,
+                    Status=Status,
+                    StatusCode=StatusCode,
+                )
+            )
+    return _API[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +118,10 @@ class DelegationLabels:
 
 def trace_carrier() -> dict[str, str]:
     """The current span's W3C trace context (``traceparent``, ``tracestate``), or ``{}``."""
-    if not _OTEL or not _host_configured():
+    if not _host_configured():
         return {}
     carrier: dict[str, str] = {}
-    propagate.inject(carrier)
+    _api().propagate.inject(carrier)
     return carrier
 
 
@@ -160,7 +188,8 @@ class DelegationSpan:
             error_type = category or outcome
             span.set_attribute("error.type", error_type)
             if outcome != "cancelled":
-                span.set_status(Status(StatusCode.ERROR, error_type))
+                api = _api()
+                span.set_status(api.Status(api.StatusCode.ERROR, error_type))
         _record_metrics(self._attributes, outcome, time.monotonic() - self._began, timings)
 
 
@@ -171,7 +200,7 @@ def delegation_span(labels: DelegationLabels, mode: str) -> Iterator[DelegationS
     A block that raises (a cancellation) ends the span as ``cancelled`` unless
     :meth:`DelegationSpan.finish` said otherwise.
     """
-    if not _OTEL or not _host_configured():
+    if not _host_configured():
         yield DelegationSpan(None, labels, mode)
         return
     attributes: dict[str, Any] = {
@@ -191,7 +220,7 @@ def delegation_span(labels: DelegationLabels, mode: str) -> Iterator[DelegationS
     # The product runs on this machine as dsh's child: an internal span, not a client one.
     span_cm = _tracer().start_as_current_span(
         f"invoke_agent {labels.tool}",
-        kind=SpanKind.INTERNAL,
+        kind=_api().SpanKind.INTERNAL,
         attributes=attributes,
         record_exception=False,  # an exception's text may carry product output
         set_status_on_exception=False,
@@ -211,14 +240,15 @@ def delegation_span(labels: DelegationLabels, mode: str) -> Iterator[DelegationS
 @contextlib.contextmanager
 def remote_parent(carrier: Mapping[str, str] | None) -> Iterator[None]:
     """Make the span of ``carrier`` (another process's ``trace_carrier()``) the current parent."""
-    if not _OTEL or not carrier:
+    api = _api() if carrier else None
+    if api is None or not carrier:
         yield
         return
-    token = context.attach(propagate.extract(dict(carrier)))
+    token = api.context.attach(api.propagate.extract(dict(carrier)))
     try:
         yield
     finally:
-        context.detach(token)
+        api.context.detach(token)
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -229,17 +259,26 @@ _TRACERS: list[Any] = []
 
 def _host_configured() -> bool:
     """Whether the host set a tracer or a meter provider (else every span and metric is a no-op,
-    and skipping them saves their cost: about 50 µs of parent CPU per delegation, measured)."""
-    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+    and skipping them saves their cost: about 50 µs of parent CPU per delegation, measured).
+
+    A provider is set through the API, so a host that has not imported it (and names no provider
+    in the environment) has none: the API is not imported to find that out."""
+    loaded = "opentelemetry.trace" in sys.modules or "opentelemetry.metrics" in sys.modules
+    if not loaded and not any(os.environ.get(name) for name in _PROVIDER_VARIABLES):
+        return False
+    api = _api()
+    if api is None:
+        return False
+    if not isinstance(api.trace.get_tracer_provider(), api.trace.ProxyTracerProvider):
         return True
     # The API's placeholder meter provider has no public type; its name is stable across 1.x.
-    return type(metrics.get_meter_provider()).__name__ != "_ProxyMeterProvider"
+    return type(api.metrics.get_meter_provider()).__name__ != "_ProxyMeterProvider"
 
 
 def _tracer() -> Any:
     """The tracer, made once (the API's proxy forwards to a provider the host sets later)."""
     if not _TRACERS:
-        _TRACERS.append(trace.get_tracer(_SCOPE, __version__))
+        _TRACERS.append(_api().trace.get_tracer(_SCOPE, __version__))
     return _TRACERS[0]
 
 
@@ -263,7 +302,7 @@ def _instruments() -> _Instruments:
     """The instruments, made once: before a host sets its meter provider, the API's proxy
     instruments forward to the one it sets later."""
     if not _INSTRUMENTS:
-        meter = metrics.get_meter(_SCOPE)
+        meter = _api().metrics.get_meter(_SCOPE)
         _INSTRUMENTS.append(
             _Instruments(
                 delegations=meter.create_counter(

@@ -14,9 +14,12 @@ import logging
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
+
+from dsh.tool_subagent._mcp.stdin import stdin_is_a_stream
 
 __all__ = ["MCP_MISSING", "load_server_module", "main"]
 
@@ -116,13 +119,17 @@ class _Stop:
                 loop.call_soon_threadsafe(task.cancel, "dsh mcp: stop signal")
 
 
-async def _serve(server: ModuleType, profile: str | None, cwd: str, stop: _Stop) -> int:
+async def _serve(
+    server: ModuleType, profile: str | None, cwd: str, stop: _Stop, opening: Any = None
+) -> int:
     task = asyncio.current_task()
     assert task is not None
     stop.attach(asyncio.get_running_loop(), task)
     try:
         if stop.signum is None:
-            await server.serve_stdio(profile, cwd=cwd)
+            await server.serve_stdio(profile, cwd=cwd, opening=opening)
+        elif opening is not None:
+            await opening.harness.aclose()
     except asyncio.CancelledError:
         if stop.signum is None:
             raise
@@ -174,21 +181,78 @@ def main(profile: str | None = None, cwd: str | None = None, *, exit_process: bo
     return code
 
 
-def _run(profile: str | None, cwd: str | None, stop: _Stop) -> int:
+def _sdk_installed() -> bool:
+    """Whether the ``mcp`` extra's modules can be imported, without importing them."""
+    for name in sorted(_EXTRA_MODULES):
+        if name in sys.modules:
+            if sys.modules[name] is None:
+                return False
+            continue
+        try:
+            if importlib.util.find_spec(name) is None:
+                return False
+        except (ImportError, ValueError):
+            return False
+    return True
+
+
+def _opened(profile: str | None, stop: _Stop) -> tuple[ModuleType, Any]:
+    """Answer the connection's opening from the harness while the SDK loads in a thread
+    (:mod:`.opening`); return the server module and the opening to hand over."""
+    from dsh.tool_subagent._mcp.opening import Opening, prepared
+
+    harness = prepared(profile)
     try:
-        server = load_server_module()
+        harness.open_job_store()  # a store that cannot be used stops the server at once
+    except BaseException:
+        asyncio.run(harness.aclose())
+        raise
+    loaded = threading.Event()
+    found: list[ModuleType | BaseException] = []
+
+    def load() -> None:
+        try:
+            found.append(load_server_module())
+        except BaseException as exc:  # handed to the main thread
+            found.append(exc)
+        finally:
+            loaded.set()
+
+    def start() -> None:
+        threading.Thread(target=load, name="dsh-mcp-sdk", daemon=True).start()
+
+    opening = Opening(harness)
+    try:
+        opening.serve((0, 1), loaded, start, lambda: stop.signum is not None)
+        if stop.signum is None and isinstance(found[0], BaseException):
+            raise found[0]
+    except BaseException:
+        asyncio.run(harness.aclose())
+        raise
+    return (found[0] if found else None), opening  # type: ignore[return-value]
+
+
+def _run(profile: str | None, cwd: str | None, stop: _Stop) -> int:
+    opening: Any = None
+    try:
+        if _sdk_installed() and stdin_is_a_stream(0):
+            server, opening = _opened(profile, stop)
+        else:
+            server = load_server_module()
     except ImportError as exc:
         if str(exc) != MCP_MISSING:
             raise
         print(f"dsh: {exc}", file=sys.stderr)
         return EXIT_MISSING_SDK
-    if stop.signum is not None:  # stopped during the import: nothing was started
+    if stop.signum is not None:  # stopped before serving: nothing was started
+        if opening is not None:
+            asyncio.run(opening.harness.aclose())
         stop.served = True
         return stop.exit_code
     _log_to_stderr()
     workdir = str(Path(cwd).absolute() if cwd else Path.cwd())
     try:
-        code = asyncio.run(_serve(server, profile, workdir, stop))
+        code = asyncio.run(_serve(server, profile, workdir, stop, opening))
         stop.served = True
         return code
     except asyncio.CancelledError:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any, Self
 
 import anyio
 from mcp.shared.message import SessionMessage
 from mcp.types import JSONRPCError, JSONRPCNotification, JSONRPCRequest, JSONRPCResponse
 
-from dsh.tool_subagent._mcp.streams import ReadStream, WriteStream
+from dsh.tool_subagent._mcp.streams import ReadStream, Wrapper, WriteStream
 
 __all__ = ["DRAIN_TIMEOUT_S", "draining"]
 
@@ -51,28 +50,7 @@ class _Open:
             logger.warning("%d request(s) were still unanswered at EOF", len(self.ids))
 
 
-class _Wrapper:
-    """Closing and context management delegate to the wrapped stream."""
-
-    _inner: ReadStream[_Item] | WriteStream[SessionMessage]
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_val: BaseException | None,
-        exc_tb: TracebackType | None,
-    ) -> bool | None:
-        await self.aclose()
-        return None
-
-
-class _Reader(_Wrapper):
+class _Reader(Wrapper):
     def __init__(
         self, inner: ReadStream[_Item], open_: _Open, on_eof: Callable[[], None], timeout: float
     ) -> None:
@@ -114,7 +92,7 @@ class _Reader(_Wrapper):
             raise StopAsyncIteration from None
 
 
-class _Writer(_Wrapper):
+class _Writer(Wrapper):
     def __init__(self, inner: WriteStream[SessionMessage], open_: _Open) -> None:
         self._inner: WriteStream[SessionMessage] = inner
         self._open = open_

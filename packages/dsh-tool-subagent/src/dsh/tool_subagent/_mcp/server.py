@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -32,16 +31,25 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
-from dsh.jobs.tools import JOB_TOOL_NAMES, ToolBase, ToolResult
-from dsh.tool_subagent._agent_session import instructions_for
+from dsh.jobs.tools import ToolBase, ToolResult
+from dsh.tool_subagent._agent_session import instructions_for, result_schema
 from dsh.tool_subagent._contract import Tool
 from dsh.tool_subagent._harness import Harness
 from dsh.tool_subagent._mcp.calls import PROGRESS_INTERVAL_S, Calls
 from dsh.tool_subagent._mcp.drain import draining
 from dsh.tool_subagent._mcp.notices import NOTICE_LEVEL, NOTICE_LOGGER, Notices
+from dsh.tool_subagent._mcp.opening import (
+    NO_DELEGATION_WARNING,
+    SERVER_NAME,
+    Opening,
+    prepared,
+    wire_annotations,
+    wire_tool,
+)
 from dsh.tool_subagent._mcp.stdin import stdin_lines
-from dsh.tool_subagent._mcp.streams import ReadStream, WriteStream
-from dsh.tool_subagent._tool import Caller, SubagentTool
+from dsh.tool_subagent._mcp.streams import ReadStream, Wrapper, WriteStream
+from dsh.tool_subagent._tool import Caller
+from dsh.tool_subagent._version import __version__
 
 __all__ = [
     "NOTICE_LEVEL",
@@ -61,12 +69,6 @@ __all__ = [
 
 logger = logging.getLogger("dsh.tool_subagent.mcp")
 
-SERVER_NAME = "dsh"
-NO_DELEGATION_WARNING = (
-    f"dsh mcp: warning: the profile serves no delegation tool (only {', '.join(JOB_TOOL_NAMES)});"
-    " add a [[provider]] or install a provider extra"
-)
-
 
 def new_caller(cwd: str | None, scope: str | None = None) -> Caller:
     """The owner of one connection and the subagents' working directory: a fresh session id,
@@ -78,29 +80,22 @@ def new_caller(cwd: str | None, scope: str | None = None) -> Caller:
 def annotations_for(tool: Tool) -> types.ToolAnnotations | None:
     """The MCP behaviour hints of a harness tool, from its ``behaviour_hints`` (None for a tool
     of unknown behaviour)."""
-    hints = tool.behaviour_hints if isinstance(tool, ToolBase) else None
-    if hints is None:
-        return None
-    return types.ToolAnnotations(**{f"{name}_hint": value for name, value in hints.items()})
+    hints = wire_annotations(tool)
+    return None if hints is None else types.ToolAnnotations.model_validate(hints)
 
 
 def output_schema_for(tool: Tool) -> dict[str, Any] | None:
     """The ``outputSchema`` an MCP host gets for ``tool``: a delegation tool's
     :attr:`SubagentTool.result_schema` (MCP's ``structuredContent`` is an object). Any other
     schema still shapes the answer, which comes back as its JSON text only."""
-    return tool.result_schema if isinstance(tool, SubagentTool) else None
+    return result_schema(tool)
 
 
 def mcp_tool(tool: Tool) -> types.Tool:
     """A harness tool as an MCP tool: the same name, description and input schema, annotated,
-    and its answer's schema when it declares one (:func:`output_schema_for`)."""
-    return types.Tool(
-        name=tool.name,
-        description=tool.description,
-        input_schema=tool.input_schema,
-        output_schema=output_schema_for(tool),
-        annotations=annotations_for(tool),
-    )
+    and its answer's schema when it declares one (:func:`output_schema_for`); the fields are
+    the ones the opening lists before the SDK is loaded (:func:`.opening.wire_tool`)."""
+    return types.Tool.model_validate(wire_tool(tool))
 
 
 def to_call_result(
@@ -188,7 +183,7 @@ def build_server(
 
     server: Server[Any] = Server(
         SERVER_NAME,
-        version=_version(),
+        version=__version__,
         instructions=instructions_for(harness),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
@@ -197,15 +192,6 @@ def build_server(
     # advertised on handshake-era connections, which is where log notices are sent.
     server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, set_level)
     return server
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("dsh-tool-subagent")
-    except PackageNotFoundError:
-        return "0"
 
 
 async def serve_connection(
@@ -217,18 +203,22 @@ async def serve_connection(
     cwd: str | None = None,
     raise_exceptions: bool = False,
     progress_interval_s: float = PROGRESS_INTERVAL_S,
+    answered: Any = None,
 ) -> Caller:
     """Serve one MCP connection until its read side closes; return its owner.
 
     At EOF, running tool calls are cancelled and every request already received is answered.
     Before returning (also on cancellation) the owner's Jobs are cancelled and awaited, so their
     process trees have exited, or, with ``[jobs] keep_on_close``, let go to run on detached.
-    The harness itself stays open.
+    The harness itself stays open. ``answered``: the id of an ``initialize`` request that was
+    answered before the SDK was loaded (:mod:`.opening`): the SDK's own answer is not sent.
     """
     owner = caller if caller is not None else new_caller(cwd)
     notices = Notices(owner, harness.jobs)
     calls = Calls(progress_interval_s)
     server = build_server(harness, owner, notices, calls)
+    if answered is not None:
+        write_stream = _Answered(write_stream, answered)
     reader, writer = draining(read_stream, write_stream, calls.close)
     unsubscribe = harness.jobs.on_job_done(notices.on_done)
     try:
@@ -251,22 +241,51 @@ async def serve_connection(
     return owner
 
 
-async def serve_stdio(profile: str | None, *, cwd: str | None) -> None:
+class _Answered(Wrapper):
+    """A write stream that drops the one response to ``request_id``: the replayed opening
+    ``initialize``, which was answered already."""
+
+    def __init__(self, inner: WriteStream[SessionMessage], request_id: Any) -> None:
+        self._inner: WriteStream[SessionMessage] = inner
+        self._id: Any = request_id
+
+    async def send(self, item: SessionMessage, /) -> None:
+        message = item.message
+        if (
+            self._id is not None
+            and isinstance(message, types.JSONRPCResponse | types.JSONRPCError)
+            and message.id == self._id
+        ):
+            self._id = None
+            return
+        await self._inner.send(item)
+
+
+async def serve_stdio(
+    profile: str | None, *, cwd: str | None, opening: Opening | None = None
+) -> None:
     """Build the harness for ``profile`` and serve one connection on stdin/stdout.
 
     While serving, the SDK points fd 1 at stderr (and fd 0 at the null device), so stray writes
     and child processes never reach the protocol stream; product stderr goes to fd 2. When
     stdin is a pipe or socket it is read on the event loop, so a cancellation (SIGTERM, Ctrl-C)
     ends the server without waiting for stdin to reach EOF.
+
+    ``opening``: the connection's opening was answered before the SDK was loaded, from its
+    harness (built, its job store open): the SDK reads what it left and takes over.
     """
-    harness = Harness.from_profile(profile)
-    if not harness.delegation_tools:
-        print(NO_DELEGATION_WARNING, file=sys.stderr, flush=True)
+    harness = opening.harness if opening is not None else prepared(profile)
     try:
-        harness.open_job_store()  # a store that cannot be used stops the server before serving
+        if opening is None:
+            harness.open_job_store()  # a store that cannot be used stops the server at once
         caller = new_caller(cwd, harness.jobs.config.scope)
-        async with stdin_lines() as stdin, stdio_server(stdin=stdin) as (read, write):
-            await serve_connection(harness, read, write, caller=caller)
+        prefix = bytes(opening.replay) if opening is not None else b""
+        answered = opening.answered if opening is not None else None
+        async with (
+            stdin_lines(prefix=prefix) as stdin,
+            stdio_server(stdin=stdin) as (read, write),
+        ):
+            await serve_connection(harness, read, write, caller=caller, answered=answered)
     finally:
         with anyio.CancelScope(shield=True):
             await harness.aclose()

@@ -15,13 +15,14 @@ import fcntl
 import os
 import stat
 from collections.abc import AsyncIterator
-from typing import cast
-
-import anyio
+from typing import TYPE_CHECKING, cast
 
 from dsh.subprocess import BoundedLines
 
-__all__ = ["MAX_LINE_BYTES", "stdin_lines"]
+if TYPE_CHECKING:
+    import anyio
+
+__all__ = ["MAX_LINE_BYTES", "stdin_is_a_stream", "stdin_lines"]
 
 #: The longest JSON-RPC frame (one line) accepted from the client.
 MAX_LINE_BYTES = 64 * 1024 * 1024
@@ -55,7 +56,8 @@ class _LineSource:
         return line.decode("utf-8", errors="replace")
 
 
-def _is_pipe_or_socket(fd: int) -> bool:
+def stdin_is_a_stream(fd: int) -> bool:
+    """Whether ``fd`` is a pipe or a socket (how MCP clients connect their servers)."""
     try:
         mode = os.fstat(fd).st_mode
     except OSError:
@@ -64,9 +66,14 @@ def _is_pipe_or_socket(fd: int) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def stdin_lines(fd: int = 0) -> AsyncIterator[anyio.AsyncFile[str] | None]:
-    """Yield a cancellable line source for ``fd``, or ``None`` to let the SDK read stdin."""
-    if not _is_pipe_or_socket(fd):
+async def stdin_lines(
+    fd: int = 0, prefix: bytes = b""
+) -> AsyncIterator[anyio.AsyncFile[str] | None]:
+    """Yield a cancellable line source for ``fd``, or ``None`` to let the SDK read stdin.
+
+    ``prefix``: bytes already read from ``fd`` (the opening's, :mod:`.opening`), read first.
+    """
+    if not stdin_is_a_stream(fd):
         yield None
         return
     private = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
@@ -77,6 +84,8 @@ async def stdin_lines(fd: int = 0) -> AsyncIterator[anyio.AsyncFile[str] | None]
         os.close(null)
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
+    if prefix:
+        reader.feed_data(prefix)
     try:
         transport, _ = await loop.connect_read_pipe(
             lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(private, "rb", buffering=0)
