@@ -157,10 +157,11 @@ print(loaded, "dsh.tool_subagent._mcp.server" in sys.modules)
 async def test_the_opening_answers_import_no_mcp_sdk_nor_opentelemetry(tmp_path: Path) -> None:
     script = tmp_path / "no_sdk.py"
     script.write_text(_NO_SDK, encoding="utf-8")
-    # A Codex-only profile: the Claude Code provider imports claude-agent-sdk, which imports
-    # the MCP SDK itself (docs/performance.md, "Start-up").
-    profile = tmp_path / "codex.toml"
-    profile.write_text('[[provider]]\nkind = "codex"\n', encoding="utf-8")
+    # The job tools alone: this package's tests run without any product installed (CI runs
+    # each package alone). That building the Codex provider imports no MCP SDK either is
+    # tests-e2e/test_startup_imports.py's (its run_codex path).
+    profile = tmp_path / "jobs-only.toml"
+    profile.write_text("provider = []\ntool = []\n", encoding="utf-8")
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}
     spec = SpawnSpec(
         argv=[sys.executable, str(script), str(profile)],
