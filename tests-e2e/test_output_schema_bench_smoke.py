@@ -7,14 +7,13 @@ was measured. Timings are never asserted (the machine is shared).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
-from dsh.subprocess import Collect, SpawnSpec, default_runtime
+from dsh.subprocess.testing import run_to_exit
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
 
@@ -24,20 +23,10 @@ FIGURES = ("wall_ms", "cpu_ms", "request_bytes")
 
 async def test_the_quick_benchmark_reports_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
-    spec = SpawnSpec(
-        argv=[sys.executable, str(SCRIPT), "--quick", "--json", str(out)],
-        stdout=Collect(1 << 16),
-        stderr=Collect(1 << 16),
+    ran = await run_to_exit(
+        [sys.executable, str(SCRIPT), "--quick", "--json", str(out)], timeout_s=100
     )
-    proc = await default_runtime().spawn(spec)
-    try:
-        async with asyncio.timeout(100):
-            outcome = await proc.wait()
-    finally:
-        await proc.aclose()
-    assert outcome.exit_code == 0, (
-        proc.collected("stdout").text[-2000:] + proc.collected("stderr").text[-2000:]
-    )
+    assert ran.exit_code == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
     data = json.loads(out.read_text(encoding="utf-8"))
     assert set(data["check"]) == {"schema_check_us", "value_check_us"}
     assert all(value > 0 for value in data["check"].values())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dsh.subprocess import Collect, SpawnSpec, default_runtime
+from dsh.subprocess.testing import run_to_exit
 
 SCRIPT = Path(__file__).resolve().parent / "benchmarks" / "startup.py"
 FIGURES = ("version_ms", "run_own_ms", "run_wall_ms", "mcp_initialize_ms", "mcp_tools_ms")
@@ -22,18 +22,9 @@ FIGURES = ("version_ms", "run_own_ms", "run_wall_ms", "mcp_initialize_ms", "mcp_
 @pytest.mark.timeout(180)
 async def test_startup_benchmark_writes_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "startup.json"
-    spec = SpawnSpec(
-        argv=[sys.executable, str(SCRIPT), "--runs", "1", "--json", str(out)],
-        stdout=Collect(1 << 16),
-        stderr=Collect(1 << 16),
-    )
-    proc = await default_runtime().spawn(spec)
-    try:
-        async with asyncio.timeout(170):
-            outcome = await proc.wait()
-    finally:
-        await proc.aclose()
-    assert outcome.exit_code == 0, proc.collected("stderr").text[-2000:]
+    argv = [sys.executable, str(SCRIPT), "--runs", "1", "--json", str(out)]
+    ran = await run_to_exit(argv, timeout_s=170)
+    assert ran.exit_code == 0, ran.stderr[-2000:]
     report = json.loads(await asyncio.to_thread(out.read_text, encoding="utf-8"))
     for figure in FIGURES:
         assert report["medians_ms"][figure] > 0, figure
