@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from dsh.subagent.testing import write_distribution
 from dsh.subprocess import Collect, SpawnSpec, default_runtime
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -114,16 +115,6 @@ def diff_stat(path: Path, before: str, after: str) -> str:
     )
 
 
-def _dist_info(site: Path, name: str, version: str, entry_points: str = "") -> None:
-    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
-    info.mkdir()
-    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-    (info / "METADATA").write_text(metadata, encoding="utf-8")
-    (info / "INSTALLER").write_text("tests-e2e/test_third_provider.py\n", encoding="utf-8")
-    if entry_points:
-        (info / "entry_points.txt").write_text(entry_points, encoding="utf-8")
-
-
 def install(site: Path) -> dict[str, str]:
     """Install the stand-in for processes started with the returned env: the provider's and the
     product's metadata (the provider's entry points from its ``pyproject.toml``, the product at
@@ -134,9 +125,9 @@ def install(site: Path) -> dict[str, str]:
         for group, points in project["entry-points"].items()
     )
     site.mkdir()
-    _dist_info(site, project["name"], project["version"], entry_points)
+    write_distribution(site, project["name"], project["version"], entry_points)
     (pin,) = [dep for dep in project["dependencies"] if dep.startswith("relay-agent==")]
-    _dist_info(site, "relay-agent", pin.split("==")[1])
+    write_distribution(site, "relay-agent", pin.split("==")[1])
     (site / "_known_providers.py").write_text(edited_table(), encoding="utf-8")
     (site / "sitecustomize.py").write_text(_SITECUSTOMIZE, encoding="utf-8")
     return {"PYTHONPATH": os.pathsep.join([str(site), str(PACKAGE / "src")])}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Mapping
-from importlib.metadata import EntryPoint
+from pathlib import Path
 from typing import Any, Literal
 
 import pydantic
@@ -19,7 +19,8 @@ from dsh.subagent import (
     installed_provider_kinds,
     load_provider,
 )
-from dsh.subagent.testing import FakeProvider
+from dsh.subagent._entry_points import declared_entries
+from dsh.subagent.testing import FakeProvider, write_distribution
 
 # The caller's table of install requirements (the tool layer passes its extras the same way).
 TOOL_EXTRAS = {"codex": "dsh-tool-subagent[codex]", "claude-code": "dsh-tool-subagent[claude-code]"}
@@ -39,24 +40,29 @@ class PluginProvider(FakeProvider):
 
 
 @pytest.fixture
-def plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+def plugins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     module = types.ModuleType("dsh_test_plugin_good")
     module.PluginProvider = PluginProvider  # type: ignore[attr-defined]
     module.NotAProvider = object  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "dsh_test_plugin_good", module)
-    group = PROVIDER_ENTRY_POINT_GROUP
-    points = [
-        EntryPoint("good", "dsh_test_plugin_good:PluginProvider", group),
-        EntryPoint("codex", "dsh_test_plugin_missing_module:CodexProvider", group),
-        EntryPoint("odd", "dsh_test_plugin_good:NotAProvider", group),
-        EntryPoint("good", "dsh_test_plugin_missing_module:Shadowed", group),
-    ]
-
-    def fake_entry_points(*, group: str) -> list[EntryPoint]:
-        assert group == PROVIDER_ENTRY_POINT_GROUP
-        return points
-
-    monkeypatch.setattr(discovery, "entry_points", fake_entry_points)
+    first, second = tmp_path / "first", tmp_path / "second"
+    write_distribution(
+        first,
+        "dsh_test_plugin_good",
+        entry_points=f"[{PROVIDER_ENTRY_POINT_GROUP}]\n"
+        "good = dsh_test_plugin_good:PluginProvider\n"
+        "codex = dsh_test_plugin_missing_module:CodexProvider\n"
+        "odd = dsh_test_plugin_good:NotAProvider\n",
+    )
+    write_distribution(
+        second,
+        "dsh_test_plugin_later",
+        entry_points=f"[{PROVIDER_ENTRY_POINT_GROUP}]\n"
+        "good = dsh_test_plugin_missing_module:Shadowed\n",
+    )
+    # Discovery reads these folders alone, with its real reader (not the machine's packages).
+    paths = [str(first), str(second)]
+    monkeypatch.setattr(discovery, "declared_entries", lambda group: declared_entries(group, paths))
 
 
 @pytest.mark.usefixtures("plugins")

@@ -8,8 +8,6 @@ outlive the process that ran them. Where a job's work runs is its registry's :cl
 tools live in :mod:`dsh.jobs.tools`; errors in :mod:`dsh.jobs.errors`.
 """
 
-from importlib import metadata as _metadata
-
 from dsh.jobs._executor import Executor, JobStarted, JobWork, LocalExecutor, PortableWork
 from dsh.jobs._executor_choice import RAY_EXTRA_HINT, executor_for
 from dsh.jobs._holder import Holder, this_process
@@ -38,11 +36,10 @@ from dsh.jobs._types import (
     completion_notice,
     status_line,
 )
+from dsh.subprocess.lazy import package_getattr as _package_getattr
 
-try:
-    __version__ = _metadata.version("dsh-jobs")
-except _metadata.PackageNotFoundError:  # imported from a source tree that is not installed
-    __version__ = "0+unknown"
+# __version__ is read when asked for (dsh.subprocess.lazy).
+__getattr__ = _package_getattr(__name__, distribution="dsh-jobs")
 
 __all__ = [
     "HOLDER_GONE_DETAIL",

@@ -5,16 +5,13 @@
 ``dsh.subagent_codex.testing``.
 """
 
-from importlib import metadata as _metadata
-
 from dsh.subagent_codex._provider import CodexProvider
 from dsh.subagent_codex._run import CodexRun
 from dsh.subagent_codex.config import CODEX_CREDENTIAL_ENV, CodexProviderConfig, PermissionMode
+from dsh.subprocess.lazy import package_getattr as _package_getattr
 
-try:
-    __version__ = _metadata.version("dsh-subagent-codex")
-except _metadata.PackageNotFoundError:  # imported from a source tree that is not installed
-    __version__ = "0+unknown"
+# __version__ is read when asked for (dsh.subprocess.lazy).
+__getattr__ = _package_getattr(__name__, distribution="dsh-subagent-codex")
 
 __all__ = [
     "CODEX_CREDENTIAL_ENV",

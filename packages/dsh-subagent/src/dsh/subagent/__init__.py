@@ -6,8 +6,6 @@ surface. Provider authors import their building blocks from :mod:`dsh.subagent.k
 conformance kit lives in :mod:`dsh.subagent.testing`.
 """
 
-from importlib import metadata as _metadata
-
 from dsh.subagent._demo import DEMO_ERROR_BODY, DemoFailure, DemoModel, DemoPlan, DemoScenario
 from dsh.subagent._diagnostics import RESOURCE_LIMIT_CATEGORY, with_limits_hit
 from dsh.subagent._discovery import (
@@ -46,11 +44,6 @@ from dsh.subagent._types import (
 )
 from dsh.subagent._usage import RunTimings, UsageFacts
 from dsh.subagent.errors import ProductFailure, SubagentError
-
-try:
-    __version__ = _metadata.version("dsh-subagent")
-except _metadata.PackageNotFoundError:  # imported from a source tree that is not installed
-    __version__ = "0+unknown"
 
 # Provider-author names that once lived here too; they import from dsh.subagent.kit now.
 # Deprecated since dsh-subagent 0.2.0; kept importable (with a warning) until 1.0 so existing
@@ -91,6 +84,13 @@ def __getattr__(name: str) -> object:
             stacklevel=2,
         )
         return getattr(kit, name)
+    if name == "__version__":  # read when asked for: importlib.metadata is dear at start-up
+        from importlib import metadata
+
+        try:
+            return metadata.version("dsh-subagent")
+        except metadata.PackageNotFoundError:  # a source tree that is not installed
+            return "0+unknown"
     raise AttributeError(f"module 'dsh.subagent' has no attribute {name!r}")
 
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pydantic
 
+from dsh.subagent._entry_points import declared_entries
 from dsh.subagent._types import SubagentProvider
 from dsh.subagent.errors import SubagentError
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 __all__ = [
     "PROVIDER_ENTRY_POINT_GROUP",
@@ -29,20 +32,37 @@ InstallRequirements = Mapping[str, str]
 """Provider kind -> the pip requirement that installs it (the caller's table; the seam has none)."""
 
 
+class _Entry(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def load(self) -> Any: ...
+
+
 def provider_entry_points() -> tuple[EntryPoint, ...]:
-    """The installed entry points of the group, first one per name, in discovery order.
+    """The installed entry points of the group, first one per name, in discovery order, with
+    their distributions (``dsh doctor`` names them).
 
     Reading the metadata imports nothing, so a broken plugin cannot break discovery.
     """
+    from importlib.metadata import entry_points
+
     seen: dict[str, EntryPoint] = {}
     for entry in entry_points(group=PROVIDER_ENTRY_POINT_GROUP):
         seen.setdefault(entry.name, entry)
     return tuple(seen.values())
 
 
+def _provider_entries() -> Sequence[_Entry]:
+    # The start-up path reads entry_points.txt itself (._entry_points); importlib.metadata
+    # answers where that reader cannot.
+    declared = declared_entries(PROVIDER_ENTRY_POINT_GROUP)
+    return declared if declared is not None else provider_entry_points()
+
+
 def installed_provider_kinds() -> tuple[str, ...]:
     """The installed provider kinds (entry-point names), sorted."""
-    return tuple(sorted(entry.name for entry in provider_entry_points()))
+    return tuple(sorted(entry.name for entry in _provider_entries()))
 
 
 def _install_hint(kind: str, requirements: InstallRequirements) -> str:
@@ -87,7 +107,7 @@ def load_provider(
     process and does no PATH lookup (provider classes defer both to ``start()``).
     """
     requirements = install_requirements or {}
-    entries = {entry.name: entry for entry in provider_entry_points()}
+    entries = {entry.name: entry for entry in _provider_entries()}
     entry = entries.get(kind)
     if entry is None:
         installed = ", ".join(sorted(entries)) or "none"

@@ -14,6 +14,7 @@ values every provider config must reject in the fields ``ProviderConfigBase`` gi
 a provider never runs a host's own copy of its product. ``BareRun`` wraps a run and forwards only
 the ``SubagentRun`` protocol, as a run of a provider written before the optional activity stamp.
 ``demo_plan`` loads a provider's demo plan through its entry point, as ``dsh demo`` does.
+``write_distribution`` installs a distribution's metadata alone, for tests of discovery.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ __all__ = [
     "result_of",
     "run_provider_conformance",
     "start_request",
+    "write_distribution",
 ]
 
 #: Values of the fields ``ProviderConfigBase`` gives every provider config that the config must
@@ -119,6 +121,27 @@ def demo_plan(kind: str) -> DemoPlan:
     plan = entry.load().demo()
     assert isinstance(plan, DemoPlan), plan
     return plan
+
+
+def write_distribution(
+    site: Path,
+    name: str,
+    version: str = "1.0",
+    entry_points: str | None = None,
+    *,
+    suffix: str = ".dist-info",
+) -> Path:
+    """A distribution's metadata, as an installer writes it, in ``site`` (a folder to put on
+    ``sys.path``) and no code: ``METADATA``, ``INSTALLER`` and the ``entry_points.txt`` text
+    (``None``: no such file). For tests of discovery, which read only these files."""
+    info = site / f"{name.replace('-', '_')}-{version}{suffix}"
+    info.mkdir(parents=True)
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    (info / "METADATA").write_text(metadata, encoding="utf-8")
+    (info / "INSTALLER").write_text("dsh.subagent.testing\n", encoding="utf-8")
+    if entry_points is not None:
+        (info / "entry_points.txt").write_text(entry_points, encoding="utf-8")
+    return info
 
 
 def decoy_program(directory: Path, name: str) -> tuple[Path, Path]:

@@ -4,8 +4,6 @@ Spawn through a ``SubprocessRuntime`` (``default_runtime()`` is the process-wide
 ``ManagedProcess`` is closed with ``await proc.aclose()``, which proves its whole tree gone.
 """
 
-from importlib import metadata as _metadata
-
 from dsh.subprocess._cgroup import KERNEL_LAYER_ENV, KernelLayer, kernel_layer, limits_problem
 from dsh.subprocess._detached import DetachedProcess, spawn_detached
 from dsh.subprocess._env import (
@@ -45,11 +43,10 @@ from dsh.subprocess._trace_context import (
     spawn_trace_context,
 )
 from dsh.subprocess.errors import LineTooLong, SpawnError, SubprocessError, TeardownError
+from dsh.subprocess.lazy import package_getattr as _package_getattr
 
-try:
-    __version__ = _metadata.version("dsh-subprocess")
-except _metadata.PackageNotFoundError:  # imported from a source tree that is not installed
-    __version__ = "0+unknown"
+# __version__ is read when asked for (dsh.subprocess.lazy).
+__getattr__ = _package_getattr(__name__, distribution="dsh-subprocess")
 
 __all__ = [
     "AGENT_SOCKET_NAMES",
