@@ -36,10 +36,18 @@ from dsh.jobs._types import (
     completion_notice,
     status_line,
 )
-from dsh.subprocess.lazy import package_getattr as _package_getattr
 
-# __version__ is read when asked for (dsh.subprocess.lazy).
-__getattr__ = _package_getattr(__name__, distribution="dsh-jobs")
+
+def __getattr__(name: str) -> str:
+    if name != "__version__":
+        raise AttributeError(f"module 'dsh.jobs' has no attribute {name!r}")
+    from importlib import metadata  # read when asked for: it is dear at start-up
+
+    try:
+        return metadata.version("dsh-jobs")
+    except metadata.PackageNotFoundError:  # imported from a source tree that is not installed
+        return "0+unknown"
+
 
 __all__ = [
     "HOLDER_GONE_DETAIL",
