@@ -13,10 +13,12 @@ import abc
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from dsh.subagent._demo import DemoFailure, DemoModel, DemoPlan, DemoScenario
-from dsh.subagent._model_script import ModelRequest
+
+if TYPE_CHECKING:  # the model-script machinery is the fake servers', which no run imports
+    from dsh.subagent._model_script import ModelRequest
 
 __all__ = ["LoopbackDemo", "LoopbackServer"]
 

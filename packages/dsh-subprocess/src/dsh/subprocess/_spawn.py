@@ -16,8 +16,6 @@ import os
 import subprocess
 import uuid
 
-import psutil
-
 from dsh.subprocess import _procfs
 from dsh.subprocess._cgroup import kernel_layer, limits_problem
 from dsh.subprocess._loop_start import start_on_loop
@@ -57,7 +55,7 @@ def _owner_identity() -> str:
     global _owner
     pid = os.getpid()
     if _owner is None or _owner[0] != pid:
-        _owner = (pid, f"{pid}:{psutil.Process(pid).create_time():.3f}")
+        _owner = (pid, f"{pid}:{_procfs.owner_create_time(pid) or 0.0:.3f}")
     return _owner[1]
 
 
