@@ -11,6 +11,9 @@ from the children's environment). Every start goes through ``tests-e2e/startup/p
 - ``dsh run`` (Codex, a fake key, no model is called): dsh's own time, the interpreter's start to
   the first spawn through ``dsh.subprocess`` (the product's supervisor; target 150 ms), and the
   wall time from the spawn of the interpreter.
+- the libraries' floor under ``dsh run``: the libraries its start imported (pydantic, asyncio, the
+  standard library), imported in a fresh interpreter with no dsh, and one pydantic model built;
+  ``dsh run``'s own time less this is what dsh's code costs (``run_dsh_share_ms``).
 - ``dsh mcp`` (a Codex-only profile): ``initialize`` answered (target 200 ms) and ``tools/list``
   answered (target 250 ms), from the spawn, through raw JSON-RPC over stdio.
 
@@ -62,7 +65,8 @@ def _env(home: Path) -> dict[str, str]:
 
 def measure(runs: int) -> dict[str, Any]:
     drive = _drive()
-    samples: dict[str, list[float]] = {key: [] for key in (*TARGETS_MS, "run_wall_ms")}
+    extra = ("run_wall_ms", "run_floor_ms", "run_dsh_share_ms")
+    samples: dict[str, list[float]] = {key: [] for key in (*TARGETS_MS, *extra)}
     with tempfile.TemporaryDirectory(prefix="dsh-startup-bench-") as scratch:
         home = Path(scratch) / "home"
         home.mkdir()
@@ -75,11 +79,14 @@ def measure(runs: int) -> dict[str, Any]:
             version = drive.start_up("version", [], env=env)
             run = drive.start_up("run", run_args, env=env)
             mcp = drive.start_up("mcp", mcp_args, env=env)
+            floor = drive.library_floor(run, env=env)
             if index == 0:
                 continue  # the warm-up: bytecode caches, the page cache
             samples["version_ms"].append(version.wall_s * 1000)
             samples["run_own_ms"].append(run.elapsed_s * 1000)
             samples["run_wall_ms"].append(run.wall_s * 1000)
+            samples["run_floor_ms"].append(floor.elapsed_s * 1000)
+            samples["run_dsh_share_ms"].append((run.elapsed_s - floor.elapsed_s) * 1000)
             samples["mcp_initialize_ms"].append(mcp.initialize_s * 1000)
             samples["mcp_tools_ms"].append(mcp.tools_s * 1000)
     medians = {key: statistics.median(values) for key, values in samples.items()}

@@ -101,6 +101,15 @@ def _drive_mcp(proc: Any, began: float) -> tuple[float, float, list[Any]]:
     return initialized, listed, list(listing["result"]["tools"])
 
 
+def library_floor(start: StartUp, *, env: Mapping[str, str]) -> StartUp:
+    """The libraries ``start`` imported, imported in a fresh interpreter without dsh (the
+    probe's ``floor``): what any program importing them pays before its own code runs."""
+    with tempfile.TemporaryDirectory(prefix="dsh-startup-floor-") as scratch:
+        listing = Path(scratch) / "modules.json"
+        listing.write_text(json.dumps(start.modules), encoding="utf-8")
+        return start_up("floor", [], env={**env, "DSH_STARTUP_MODULES": str(listing)})
+
+
 def start_up(
     command: str, args: list[str], *, env: Mapping[str, str], cwd: str | None = None
 ) -> StartUp:

@@ -8,6 +8,10 @@ Run: ``DSH_STARTUP_REPORT=FILE python probe.py run|mcp|version [dsh arguments...
 - ``mcp``: ``dsh mcp``, serving as usual; SIGUSR1 writes the report and ends the process (the
   caller sends it once ``tools/list`` is answered).
 - ``version``: ``dsh --version`` to its end.
+- ``floor``: no dsh at all: import the libraries a start imported (the names in the file that
+  ``DSH_STARTUP_MODULES`` gives, less dsh's and the products' packages) and build one pydantic
+  model, as dsh's first one pays pydantic's schema machinery and its plugin scan. What a start
+  costs beyond this is dsh's own code (the benchmark's start-up mode prints both).
 
 The report is one JSON object written to FILE: ``elapsed_s`` (from the first line of this
 script, after the interpreter started, to the spawn, the signal or the end) and ``modules`` (the
@@ -72,6 +76,32 @@ def _intercept_spawn() -> None:
     sys.meta_path.insert(0, Finder())
 
 
+#: Packages a start imports that are dsh's own or a product's, not libraries dsh builds on.
+_NOT_LIBRARIES = ("__main__", "dsh", "codex_cli_bin", "claude_agent_sdk")
+
+
+def _import_libraries(listing: str) -> None:
+    import importlib
+
+    with open(listing, encoding="utf-8") as names:  # noqa: PTH123
+        modules = json.load(names)
+    for name in modules:
+        if name.split(".")[0] in _NOT_LIBRARIES:
+            continue
+        try:
+            importlib.import_module(name)
+        except Exception:  # a platform's private module fails alone; the rest counts
+            continue
+    from pydantic import BaseModel, ConfigDict, Field
+
+    class Floor(BaseModel):
+        model_config = ConfigDict(frozen=True, extra="forbid")
+        name: str = Field(default="floor", min_length=1)
+        limit: int | None = Field(default=None, ge=1)
+
+    Floor.model_validate({"name": "x"})
+
+
 def main() -> NoReturn:
     command, *rest = sys.argv[1:]
     from_cli: Any
@@ -89,6 +119,9 @@ def main() -> NoReturn:
         code = from_cli(["mcp", *rest])
         sys.stderr.write(f"probe: dsh mcp returned {code} before the signal\n")
         os._exit(2)
+    if command == "floor":
+        _import_libraries(os.environ["DSH_STARTUP_MODULES"])
+        _report("floor")
     if command == "run":
         _intercept_spawn()
         from dsh.tool_subagent._cli import main as from_cli

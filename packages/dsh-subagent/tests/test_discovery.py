@@ -19,7 +19,7 @@ from dsh.subagent import (
     installed_provider_kinds,
     load_provider,
 )
-from dsh.subagent._entry_points import declared_entries
+from dsh.subagent._installed import declared_entries
 from dsh.subagent.testing import FakeProvider, write_distribution
 
 # The caller's table of install requirements (the tool layer passes its extras the same way).

@@ -7,11 +7,16 @@ import functools
 import logging
 import os
 from collections.abc import Awaitable, Sequence
-from importlib import metadata
 from typing import Any
 
 from dsh.subagent import Capabilities, DemoPlan, ResolvedStartRequest
-from dsh.subagent.kit import Launch, ProductInstall, ProductProvider, remove_off_loop
+from dsh.subagent.kit import (
+    Launch,
+    ProductInstall,
+    ProductProvider,
+    installed_version,
+    remove_off_loop,
+)
 from dsh.subagent_codex._auth import (
     CONFIG_DIR_ENV,
     DEFAULT_CONFIG_DIR,
@@ -43,6 +48,11 @@ _log = logging.getLogger("dsh.subagent_codex")
 
 @functools.cache
 def _version(distribution: str, missing: str) -> str:
+    found = installed_version(distribution)  # on the start path: one METADATA file, read alone
+    if found is not None:
+        return found
+    from importlib import metadata
+
     try:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pydantic
 
-from dsh.subagent._entry_points import declared_entries
+from dsh.subagent._installed import declared_entries
 from dsh.subagent._types import SubagentProvider
 from dsh.subagent.errors import SubagentError
 
@@ -54,7 +54,7 @@ def provider_entry_points() -> tuple[EntryPoint, ...]:
 
 
 def _provider_entries() -> Sequence[_Entry]:
-    # The start-up path reads entry_points.txt itself (._entry_points); importlib.metadata
+    # The start-up path reads entry_points.txt itself (._installed); importlib.metadata
     # answers where that reader cannot.
     declared = declared_entries(PROVIDER_ENTRY_POINT_GROUP)
     return declared if declared is not None else provider_entry_points()

@@ -39,6 +39,7 @@ from dsh.subagent._diagnostics import (
 )
 from dsh.subagent._doctor import DoctorCheck, credential_checks, payload_check, version_check
 from dsh.subagent._env_config import check_env_names, check_env_overlay
+from dsh.subagent._installed import installed_version
 from dsh.subagent._latch import ResultLatch
 from dsh.subagent._loopback_demo import LoopbackDemo, LoopbackServer
 from dsh.subagent._output_schema import compact_json
@@ -104,6 +105,7 @@ __all__ = [
     "credential_checks",
     "failure_line",
     "first_activity",
+    "installed_version",
     "last_activity",
     "make_off_loop",
     "make_owned_dir",

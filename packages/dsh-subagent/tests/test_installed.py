@@ -1,16 +1,16 @@
-"""The start-up path's reader of entry points finds what importlib.metadata finds."""
+"""The start-up path's readers of installed metadata find what importlib.metadata finds."""
 
 from __future__ import annotations
 
 import sys
 import zipfile
-from importlib.metadata import entry_points
+from importlib.metadata import entry_points, version
 from pathlib import Path
 
 import pytest
 
 from dsh.subagent import PROVIDER_ENTRY_POINT_GROUP
-from dsh.subagent._entry_points import declared_entries
+from dsh.subagent._installed import declared_entries, installed_version
 from dsh.subagent.testing import write_distribution
 
 GROUP = PROVIDER_ENTRY_POINT_GROUP
@@ -87,3 +87,22 @@ def test_what_it_cannot_read_is_left_to_importlib_metadata(
 
     monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, DistributionFinder()])
     assert declared_entries(GROUP, [str(tmp_path)]) is None
+
+
+def test_every_installed_version_reads_the_same() -> None:
+    from importlib.metadata import distributions
+
+    names = {dist.metadata["Name"] for dist in distributions()}
+    assert len(names) > 5
+    for name in sorted(names):
+        assert installed_version(name) == version(name), name
+    assert installed_version("dsh-no-such-distribution") is None
+
+
+def test_a_shadowed_version_is_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    write_distribution(first, "Shadow.Me", "1.0")
+    write_distribution(second, "shadow_me", "2.0")
+    paths = [str(first), str(second)]
+    monkeypatch.setattr(sys, "path", paths)
+    assert installed_version("shadow-me", paths) == version("shadow-me") == "1.0"
