@@ -16,7 +16,14 @@ import pytest
 from dsh.subprocess.testing import run_to_exit
 
 SCRIPT = Path(__file__).resolve().parent / "benchmarks" / "startup.py"
-FIGURES = ("version_ms", "run_own_ms", "run_wall_ms", "mcp_initialize_ms", "mcp_tools_ms")
+FIGURES = (
+    "version_ms",
+    "run_own_ms",
+    "run_wall_ms",
+    "run_floor_ms",
+    "mcp_initialize_ms",
+    "mcp_tools_ms",
+)
 
 
 @pytest.mark.timeout(180)
@@ -29,4 +36,5 @@ async def test_startup_benchmark_writes_every_figure(tmp_path: Path) -> None:
     for figure in FIGURES:
         assert report["medians_ms"][figure] > 0, figure
         assert len(report["samples_ms"][figure]) == 1, figure
+    assert len(report["samples_ms"]["run_dsh_share_ms"]) == 1
     assert set(report["met"]) == set(report["targets_ms"])
