@@ -134,7 +134,8 @@ async def test_dsh_demo_exits_0_with_every_scenario_behaving(tmp_path: Path) -> 
         assert re.fullmatch(outcome_pattern, row[2]), row[2]
         assert re.fullmatch(r"\d+\.\d s", row[3]), row[3]
     summary = lines[-1]
-    products = " and ".join(known.product for known in KNOWN_PROVIDERS)
+    *others, last = [known.product for known in KNOWN_PROVIDERS]
+    products = f"{', '.join(others)} and {last}"  # "A and B", "A, B and C"
     assert re.fullmatch(
         rf"All {len(expected)} scenarios behaved as expected in \d+\.\d s: the real"
         rf" {re.escape(products)} products answered, ran as background jobs, reported failures"

@@ -67,8 +67,9 @@ logger = logging.getLogger("dsh.tool_subagent")
 
 
 def _listed(products: Sequence[str]) -> str:
-    plural = "s" if len(products) > 1 else ""
-    return f"the real {' and '.join(products)} product{plural}"
+    if len(products) == 1:
+        return f"the real {products[0]} product"
+    return f"the real {', '.join(products[:-1])} and {products[-1]} products"
 
 
 def title(products: Sequence[str]) -> str:
