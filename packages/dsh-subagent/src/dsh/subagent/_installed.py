@@ -15,12 +15,12 @@ the caller asks ``importlib.metadata``.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
 from importlib import import_module
 from importlib.machinery import PathFinder
-from pathlib import Path
 from typing import Any, NamedTuple
 
 __all__ = ["DeclaredEntry", "declared_entries", "installed_version"]
@@ -54,17 +54,21 @@ def _project(metadata_dir: str) -> str:
     return _normalised(metadata_dir.rpartition(".")[0].partition("-")[0])
 
 
-def _metadata_dirs(folder: str) -> list[Path] | None:
+# Paths are strings and os functions here: Path objects for a site-packages listing cost this
+# start-up path about a millisecond.
+
+
+def _metadata_dirs(folder: str) -> list[str] | None:
     """The folder's distributions' metadata folders in ``importlib.metadata``'s order; ``None``
     when the path entry is not a plain folder this reader understands."""
-    root = Path(folder or ".")
-    if not root.exists():
-        return []
-    if not root.is_dir() or root.name.lower().endswith(".egg"):
+    root = folder or "."
+    if root.lower().endswith(".egg"):
         return None
     try:
-        children = [child.name for child in root.iterdir()]
-    except OSError:
+        children = os.listdir(root)  # noqa: PTH208 - see above
+    except NotADirectoryError:  # a zip or another file on the path
+        return None
+    except OSError:  # missing or unreadable: importlib.metadata finds nothing there either
         return []
     # Two tables (dist-info, then egg-info), each grouped by project in listing order.
     kinds: tuple[dict[str, list[str]], dict[str, list[str]]] = ({}, {})
@@ -72,7 +76,20 @@ def _metadata_dirs(folder: str) -> list[Path] | None:
         low = child.lower()
         if low.endswith((".dist-info", ".egg-info")):
             kinds[low.endswith(".egg-info")].setdefault(_project(low), []).append(child)
-    return [root / child for kind in kinds for group in kind.values() for child in group]
+    return [
+        os.path.join(root, child)  # noqa: PTH118 - see above
+        for kind in kinds
+        for group in kind.values()
+        for child in group
+    ]
+
+
+def _read(metadata_dir: str, name: str) -> str | None:
+    try:
+        with open(os.path.join(metadata_dir, name), encoding="utf-8") as file:  # noqa: PTH118, PTH123
+            return file.read()
+    except OSError:
+        return None
 
 
 def _group_lines(text: str, group: str) -> Iterator[DeclaredEntry]:
@@ -95,19 +112,19 @@ def _readable_finders() -> bool:
     )
 
 
-def _distributions(path: Sequence[str] | None) -> Iterator[tuple[str, Path]] | None:
+def _distributions(path: Sequence[str] | None) -> Iterator[tuple[str, str]] | None:
     """(normalised project, metadata folder) of each distribution in discovery order, shadowed
     ones left out; ``None`` where ``importlib.metadata`` would see what this cannot."""
     if not _readable_finders():
         return None
-    found: list[tuple[str, Path]] = []
+    found: list[tuple[str, str]] = []
     seen: set[str] = set()
     for folder in sys.path if path is None else path:
         dirs = _metadata_dirs(folder)
         if dirs is None:
             return None
         for metadata_dir in dirs:
-            project = _project(metadata_dir.name)
+            project = _project(os.path.basename(metadata_dir))  # noqa: PTH119
             if project not in seen:  # an earlier distribution of the name shadows it
                 seen.add(project)
                 found.append((project, metadata_dir))
@@ -122,15 +139,11 @@ def installed_version(distribution: str, path: Sequence[str] | None = None) -> s
     for project, metadata_dir in distributions or ():
         if project != wanted:
             continue
-        try:
-            with (metadata_dir / "METADATA").open(encoding="utf-8") as metadata:
-                for line in metadata:
-                    if not line.strip():  # the headers end at the first blank line
-                        break
-                    if line.startswith("Version:"):
-                        return line.partition(":")[2].strip()
-        except OSError:
-            return None
+        for line in (_read(metadata_dir, "METADATA") or "").splitlines():
+            if not line.strip():  # the headers end at the first blank line
+                break
+            if line.startswith("Version:"):
+                return line.partition(":")[2].strip()
         return None
     return None
 
@@ -146,10 +159,6 @@ def declared_entries(
         return None
     entries: dict[str, DeclaredEntry] = {}
     for _, metadata_dir in distributions:
-        try:
-            text = (metadata_dir / "entry_points.txt").read_text(encoding="utf-8")
-        except OSError:
-            continue
-        for entry in _group_lines(text, group):
+        for entry in _group_lines(_read(metadata_dir, "entry_points.txt") or "", group):
             entries.setdefault(entry.name, entry)
     return tuple(entries.values())
