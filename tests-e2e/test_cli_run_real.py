@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from dsh.subagent_claude_code import testing as claude_testing
 from dsh.subagent_claude_code.testing import FakeMessagesServer
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex.testing import (
@@ -185,18 +186,14 @@ async def test_a_bare_tool_row_runs_on_each_product(setup: Setup) -> None:
 
 async def test_dsh_run_json_and_timeout(setup: Setup) -> None:
     setup.claude.queue_text("json answer")
-    setup.claude.usage = {"input_tokens": 11, "output_tokens": 7, "cache_read_input_tokens": 13}
+    setup.claude.usage = dict(claude_testing.SAMPLE_USAGE)
     ran = await _dsh(setup, "--json", "--tool", "subagent_claude_code", "CLI-JSON task")
     report = json.loads(ran.stdout)
     assert (ran.exit_code, ran.stderr) == (0, "")
     # Host-only usage facts: the server's counts, with the CLI's own cost and window.
     usage = report.pop("usage")
-    assert {k: usage[k] for k in ("input_tokens", "output_tokens", "cached_input_tokens")} == {
-        "input_tokens": 11,
-        "output_tokens": 7,
-        "cached_input_tokens": 13,
-    }
-    assert usage["model_requests"] == 1
+    facts = claude_testing.SAMPLE_USAGE_FACTS
+    assert {k: usage[k] for k in facts} == facts
     assert usage["cost_usd"] > 0
     assert {k: report[k] for k in ("stop_reason", "text", "diagnostic", "job_id", "exit_code")} == {
         "stop_reason": "completed",

@@ -84,17 +84,6 @@ def expected_rows(products: Sequence[KnownProvider]) -> list[tuple[str, str, str
     ]
 
 
-def not_installed(missing: Sequence[KnownProvider]) -> str:
-    """The demo's note on the table's products that are not installed."""
-    names = " and ".join(f"the {known.product} provider" for known in missing)
-    if len(missing) == 1:
-        return (
-            f'{names} is not installed; install it with pip install "dsh-tool-subagent'
-            f'[{missing[0].extra}]" (or "dsh-tool-subagent[all]" for everything)'
-        )
-    return f'{names} are not installed; install them with pip install "dsh-tool-subagent[all]"'
-
-
 def _dsh_dirs(root: Path) -> list[str]:
     return sorted(path.name for path in root.glob("dsh-*"))
 
@@ -156,7 +145,8 @@ def test_demo_names_the_extras_to_install_and_fails_with_no_provider(
     buffer = io.StringIO()
     code = demo.main(console=Console(file=buffer, width=300))
     assert code == 1
-    assert buffer.getvalue() == f"dsh demo did not run: {not_installed(KNOWN_PROVIDERS)}\n"
+    # The note's wording, per product table, is test_demo_report.py's.
+    assert buffer.getvalue() == f"dsh demo did not run: {demo.missing_providers(())}\n"
 
 
 @pytest.mark.parametrize("known", KNOWN_PROVIDERS, ids=lambda known: known.kind)
@@ -185,5 +175,5 @@ def test_partial_install_runs_the_installed_one_and_names_the_others(
         r" cancelled leaving no process behind \(loopback model servers, no key, no network\)\.",
         lines[-2],
     ), lines[-2]
-    assert lines[-1] == not_installed([k for k in KNOWN_PROVIDERS if k is not known])
+    assert lines[-1] == demo.missing_providers([known.kind])  # names every other product
     assert owned_marked_processes() == []

@@ -35,16 +35,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client, types
 from dsh.jobs import HOLDER_GONE_DETAIL
 from dsh.subagent_claude_code.testing import FakeMessagesServer
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
-from dsh.subagent_codex.testing import (
-    SAMPLE_USAGE,
-    FakeResponsesServer,
-    MessageItem,
-    RecordedRequest,
-    Reply,
-    Stall,
-    Trickle,
-    write_codex_home,
-)
+from dsh.subagent_codex import testing as codex_testing
 from dsh.subagent_codex.testing import hermetic_env as codex_env
 from dsh.subprocess.testing import processes_naming
 
@@ -68,7 +59,7 @@ class Setup:
     profile: Path
     workspace: Path
     env: Mapping[str, str]
-    codex: FakeResponsesServer
+    codex: codex_testing.FakeResponsesServer
     claude: FakeMessagesServer
 
     async def dsh(self, *args: str) -> Ran:
@@ -108,7 +99,7 @@ def _env_table(env: Mapping[str, str]) -> str:
 
 
 def write_profile(root: Path, codex_url: str, claude_url: str, jobs: str = "") -> Path:
-    home = write_codex_home(root / "codex-home", codex_url, "durable-model")
+    home = codex_testing.write_codex_home(root / "codex-home", codex_url, "durable-model")
     profile = root / f"profile{len(list(root.glob('profile*.toml')))}.toml"
     lines = [
         '[[provider]]\nkind = "codex"\n[provider.config]\nstderr = "discard"',
@@ -121,14 +112,16 @@ def write_profile(root: Path, codex_url: str, claude_url: str, jobs: str = "") -
     return profile
 
 
-def codex_route(request: RecordedRequest) -> Reply | Stall | Trickle | None:
+def codex_route(
+    request: codex_testing.RecordedRequest,
+) -> codex_testing.Reply | codex_testing.Stall | codex_testing.Trickle | None:
     """``SLOW ...`` trickles for about 2 s, ``HANG ...`` never answers, others answer at once."""
     task = request.task or ""
     if task.startswith("SLOW"):
-        return Trickle(pieces=("codex ", "slow ", "answer ", "done"), interval_s=0.5)
+        return codex_testing.Trickle(pieces=("codex ", "slow ", "answer ", "done"), interval_s=0.5)
     if task.startswith("HANG"):
-        return Stall(seconds=120.0)
-    return Reply((MessageItem(f"codex says: {task}"),))
+        return codex_testing.Stall(seconds=120.0)
+    return codex_testing.Reply((codex_testing.MessageItem(f"codex says: {task}"),))
 
 
 @pytest.fixture
@@ -137,8 +130,11 @@ async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
     workspace.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_")}
     env["XDG_STATE_HOME"] = str(tmp_path / "xdg-state")  # the default store is not used here
-    async with FakeResponsesServer(route=codex_route) as codex, FakeMessagesServer() as claude:
-        codex.usage = dict(SAMPLE_USAGE)
+    async with (
+        codex_testing.FakeResponsesServer(route=codex_route) as codex,
+        FakeMessagesServer() as claude,
+    ):
+        codex.usage = dict(codex_testing.SAMPLE_USAGE)
         profile = write_profile(tmp_path, codex.base_url, claude.base_url)
         yield Setup(tmp_path, profile, workspace, env, codex, claude)
 

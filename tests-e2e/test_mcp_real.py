@@ -28,25 +28,14 @@ import anyio
 import psutil
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
+from mcp_log_inbox import LogInbox
 
 from dsh.subagent.testing import TYPED_SCHEMA, TYPED_VALUE
+from dsh.subagent_claude_code import testing as claude_testing
 from dsh.subagent_claude_code.testing import Behaviour, FakeMessagesServer, host_tmp
 from dsh.subagent_claude_code.testing import RecordedRequest as ClaudeRequest
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
-from dsh.subagent_codex.testing import (
-    FAKE_API_KEY,
-    FAKE_KEY_ENV,
-    SAMPLE_USAGE,
-    SAMPLE_USAGE_FACTS,
-    FakeResponsesServer,
-    FunctionCallItem,
-    HttpStatus,
-    MessageItem,
-    RecordedRequest,
-    Reply,
-    Stall,
-    write_codex_home,
-)
+from dsh.subagent_codex import testing as codex_testing
 from dsh.subprocess import (
     Collect,
     ManagedProcess,
@@ -89,17 +78,19 @@ def assert_run_timings(timings: Mapping[str, float]) -> None:
     assert values == sorted(values)
 
 
-def codex_route(request: RecordedRequest) -> Reply | HttpStatus | Stall | None:
+def codex_route(
+    request: codex_testing.RecordedRequest,
+) -> codex_testing.Reply | codex_testing.HttpStatus | codex_testing.Stall | None:
     """Codex answers by task: ``FAIL ...`` → HTTP 500 with a canary body, ``STALL ...`` → stall."""
     task = request.task or ""
     if task.startswith("FAIL"):
-        return HttpStatus(500, {"error": {"message": CANARY}})
+        return codex_testing.HttpStatus(500, {"error": {"message": CANARY}})
     if task.startswith("STALL"):
-        return Stall(seconds=60.0)
+        return codex_testing.Stall(seconds=60.0)
     if task.startswith("LOOP"):  # an endless tool loop: every response calls a command
         call = {"cmd": "true", "login": False, "yield_time_ms": 20000}
-        return Reply((FunctionCallItem("exec_command", call),))
-    return Reply((MessageItem(f"codex says: {task}"),))
+        return codex_testing.Reply((codex_testing.FunctionCallItem("exec_command", call),))
+    return codex_testing.Reply((codex_testing.MessageItem(f"codex says: {task}"),))
 
 
 @dataclass
@@ -107,7 +98,7 @@ class Servers:
     """Both loopback model servers (Codex's answering by task, ``codex_route``) and a profile
     that points both products at them (``tests-e2e/conftest.py``'s ``loopback``)."""
 
-    codex: FakeResponsesServer
+    codex: codex_testing.FakeResponsesServer
     claude: FakeMessagesServer
     profile: Path
     loopback: Any
@@ -135,8 +126,7 @@ def servers(loopback: Any) -> Servers:
 class Client:
     session: ClientSession
     stderr: Path
-    logs: list[types.LoggingMessageNotificationParams] = field(default_factory=list)
-    log_arrived: anyio.Event = field(default_factory=anyio.Event)
+    inbox: LogInbox  # the log notifications it received
     stream_errors: list[Exception] = field(default_factory=list)
     last_meta: dict[str, Any] | None = None
 
@@ -146,13 +136,6 @@ class Client:
         (block,) = result.content
         assert isinstance(block, types.TextContent)
         return block.text, bool(result.is_error)
-
-    async def next_log(self, timeout: float = 90.0) -> types.LoggingMessageNotificationParams:  # noqa: ASYNC109
-        with anyio.fail_after(timeout):
-            while not self.logs:
-                await self.log_arrived.wait()
-                self.log_arrived = anyio.Event()
-        return self.logs.pop(0)
 
 
 @asynccontextmanager
@@ -173,10 +156,7 @@ async def mcp_client(profile: Path | None, workspace: Path) -> AsyncIterator[Cli
         env=env or None,
     )
     holder: list[Client] = []
-
-    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
-        holder[0].logs.append(params)
-        holder[0].log_arrived.set()
+    inbox = LogInbox(timeout_s=90.0)
 
     async def on_message(message: Any) -> None:
         # A line on the server's stdout that is not a JSON-RPC frame arrives here as an error.
@@ -188,10 +168,13 @@ async def mcp_client(profile: Path | None, workspace: Path) -> AsyncIterator[Cli
         async with (
             stdio_client(params, errlog=errlog) as (read_stream, write_stream),
             ClientSession(
-                read_stream, write_stream, logging_callback=on_log, message_handler=on_message
+                read_stream,
+                write_stream,
+                logging_callback=inbox.receive,
+                message_handler=on_message,
             ) as session,
         ):
-            client = Client(session, stderr_path)
+            client = Client(session, stderr_path, inbox)
             holder.append(client)
             with anyio.fail_after(60):
                 await session.initialize()
@@ -281,8 +264,8 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
     expected_tools = Harness.from_profile(profile).tools  # building starts nothing
     claude.queue_text("claude foreground answer", match="FG claude")
     claude.queue_text("claude background answer", match="BG claude")
-    codex.usage = dict(SAMPLE_USAGE)
-    claude.usage = {"input_tokens": 11, "output_tokens": 7, "cache_read_input_tokens": 13}
+    codex.usage = dict(codex_testing.SAMPLE_USAGE)
+    claude.usage = dict(claude_testing.SAMPLE_USAGE)
 
     async with mcp_client(profile, workspace) as client:
         listed = (await client.session.list_tools()).tools
@@ -299,7 +282,9 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
         # The text above is unchanged; the host-only usage facts ride in ``_meta``.
         assert client.last_meta is not None
         codex_usage = client.last_meta["dsh/usage"]
-        assert {k: v for k, v in codex_usage.items() if k != "context_window"} == SAMPLE_USAGE_FACTS
+        assert {
+            k: v for k, v in codex_usage.items() if k != "context_window"
+        } == codex_testing.SAMPLE_USAGE_FACTS
         assert_run_timings(client.last_meta["dsh/timings"])
         claude_fg = await client.call(
             "subagent_claude_code", {"description": "fg claude", "prompt": "FG claude task"}
@@ -307,11 +292,8 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
         assert claude_fg == ("claude foreground answer", False)
         assert client.last_meta is not None
         claude_usage = client.last_meta["dsh/usage"]
-        assert {k: claude_usage[k] for k in ("input_tokens", "output_tokens")} == {
-            "input_tokens": 11,
-            "output_tokens": 7,
-        }
-        assert claude_usage["cached_input_tokens"] == 13
+        facts = claude_testing.SAMPLE_USAGE_FACTS
+        assert {k: claude_usage[k] for k in facts} == facts
         assert claude_usage["cost_usd"] > 0
         assert_run_timings(client.last_meta["dsh/timings"])
 
@@ -337,7 +319,7 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
         )
         codex_job = started_id(started)
         assert codex_job != claude_job
-        log = await client.next_log()
+        log = await client.inbox.next()
         assert (log.level, log.logger) == ("notice", "dsh.jobs")
         assert log.data == (
             f"background job {codex_job} (subagent: bg codex) finished [status: completed]."
@@ -364,7 +346,7 @@ async def test_dsh_mcp_serves_both_real_products_over_stdio(
             False,
         )
         # Only the job that finished unreported sent a notice (the Claude job was waited on).
-        assert client.logs == []
+        assert client.inbox.logs == []
 
     assert await settle_ours(tmp_path) == []
     tasks = [r.task for r in codex.requests]
@@ -402,7 +384,7 @@ async def test_closing_the_client_cancels_running_jobs_and_leaves_no_process(
     # exited by itself, inside the SDK client's 2 s grace before it would signal.
     assert await settle_ours(tmp_path) == []
     assert closed_in < 2.0, f"dsh mcp took {closed_in:.2f}s to exit after stdin EOF"
-    assert client.logs == []
+    assert client.inbox.logs == []
 
 
 async def _send(process: ManagedProcess, message: dict[str, Any]) -> None:
@@ -653,7 +635,7 @@ def _texts(content: Any) -> str:
     return "\n".join(str(part.get("text", "")) for part in content or [] if isinstance(part, dict))
 
 
-def _function_outputs(request: RecordedRequest) -> list[str] | None:
+def _function_outputs(request: codex_testing.RecordedRequest) -> list[str] | None:
     """The tool results a host's request carries, oldest first (``None``: not a turn)."""
     body = request.body
     if not isinstance(body, dict) or "input" not in body:
@@ -665,19 +647,23 @@ def _function_outputs(request: RecordedRequest) -> list[str] | None:
     ]
 
 
-def _host_call(name: str, arguments: dict[str, Any], index: int) -> Reply:
+def _host_call(name: str, arguments: dict[str, Any], index: int) -> codex_testing.Reply:
     """The host model's next call of one of dsh's tools (through the MCP namespace)."""
-    return Reply((FunctionCallItem(name, arguments, f"call-{index}", namespace=NAMESPACE),))
+    return codex_testing.Reply(
+        (codex_testing.FunctionCallItem(name, arguments, f"call-{index}", namespace=NAMESPACE),)
+    )
 
 
-def codex_host_route(script: HostScript) -> Callable[[RecordedRequest], Reply | None]:
-    def route(request: RecordedRequest) -> Reply | None:
+def codex_host_route(
+    script: HostScript,
+) -> Callable[[codex_testing.RecordedRequest], codex_testing.Reply | None]:
+    def route(request: codex_testing.RecordedRequest) -> codex_testing.Reply | None:
         results = _function_outputs(request)
         if results is None:
             return None
         call = script.next_call(results)
         if call is None:
-            return Reply((MessageItem("host done"),))
+            return codex_testing.Reply((codex_testing.MessageItem("host done"),))
         name, arguments = call
         return _host_call(name, arguments, len(results))
 
@@ -696,14 +682,16 @@ def claude_host_route(script: HostScript) -> Callable[[ClaudeRequest], Behaviour
 
 
 @contextmanager
-def threaded_responses_server(route: Callable[[RecordedRequest], Reply | None]) -> Iterator[str]:
+def threaded_responses_server(
+    route: Callable[[codex_testing.RecordedRequest], codex_testing.Reply | None],
+) -> Iterator[str]:
     """A ``FakeResponsesServer`` on a loop of its own (so its route may sleep); its base URL."""
     ready = threading.Event()
     state: dict[str, Any] = {}
 
     def serve() -> None:
         async def main() -> None:
-            async with FakeResponsesServer(route=route) as server:
+            async with codex_testing.FakeResponsesServer(route=route) as server:
                 state["url"], state["loop"] = server.base_url, asyncio.get_running_loop()
                 state["stop"] = asyncio.Event()
                 ready.set()
@@ -767,7 +755,9 @@ async def _run_hosts(
 USAGE_CANARY = 918273
 
 
-def report_usage_canary(codex: FakeResponsesServer, claude: FakeMessagesServer) -> None:
+def report_usage_canary(
+    codex: codex_testing.FakeResponsesServer, claude: FakeMessagesServer
+) -> None:
     codex.usage = {"input_tokens": USAGE_CANARY, "output_tokens": 5, "total_tokens": 918278}
     claude.usage = {"input_tokens": USAGE_CANARY, "output_tokens": 5}
 
@@ -831,12 +821,16 @@ async def test_codex_exec_as_mcp_host_delegates_and_sees_the_notice_in_a_tool_re
     profile = servers.profile
     paths = {"/path/to/profile.toml": str(profile), "/path/to/project": str(workspace)}
     with threaded_responses_server(codex_host_route(script)) as host_url:
-        home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
+        home = codex_testing.write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
         with (home / "config.toml").open("a", encoding="utf-8") as config:
             config.write("\n" + recipe("codex-config", paths))
         commands = recipe_commands("codex-exec", paths)
         assert [c[:2] for c in commands] == [["codex", "exec"]]
-        env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
+        env = {
+            "CODEX_HOME": str(home),
+            "HOME": str(home),
+            codex_testing.FAKE_KEY_ENV: codex_testing.FAKE_API_KEY,
+        }
         out, err = await _run_hosts(commands, workspace, {**env, "RUST_LOG": "error"})
     assert out.strip() == "host done", err[-3000:]
     _assert_host_saw(script, "codex says: FG codex host", "claude background answer")
@@ -1019,13 +1013,13 @@ async def test_codex_runs_the_read_only_job_tools_without_an_approval_setting(
     ]
     seen: list[list[str]] = []
 
-    def route(request: RecordedRequest) -> Reply | None:
+    def route(request: codex_testing.RecordedRequest) -> codex_testing.Reply | None:
         results = _function_outputs(request)
         if results is None:
             return None
         seen.append(results)
         if len(results) == len(calls):
-            return Reply((MessageItem("host done"),))
+            return codex_testing.Reply((codex_testing.MessageItem("host done"),))
         name, arguments = calls[len(results)]
         return _host_call(name, arguments, len(results))
 
@@ -1036,10 +1030,14 @@ async def test_codex_runs_the_read_only_job_tools_without_an_approval_setting(
         if not line.startswith("default_tools_approval_mode")
     )
     with threaded_responses_server(route) as host_url:
-        home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
+        home = codex_testing.write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
         with (home / "config.toml").open("a", encoding="utf-8") as file:
             file.write("\n" + config)
-        env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
+        env = {
+            "CODEX_HOME": str(home),
+            "HOME": str(home),
+            codex_testing.FAKE_KEY_ENV: codex_testing.FAKE_API_KEY,
+        }
         out, err = await _run_hosts(
             recipe_commands("codex-exec", paths), workspace, {**env, "RUST_LOG": "error"}
         )
@@ -1112,10 +1110,14 @@ async def test_codex_exec_as_host_gets_the_stall_limit_of_a_stalled_claude_code_
     profile = servers.stall_limited()
     paths = {"/path/to/profile.toml": str(profile), "/path/to/project": str(workspace)}
     with threaded_responses_server(codex_host_route(script)) as host_url:  # type: ignore[arg-type]
-        home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
+        home = codex_testing.write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
         with (home / "config.toml").open("a", encoding="utf-8") as config:
             config.write("\n" + recipe("codex-config", paths))
-        env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
+        env = {
+            "CODEX_HOME": str(home),
+            "HOME": str(home),
+            codex_testing.FAKE_KEY_ENV: codex_testing.FAKE_API_KEY,
+        }
         commands = recipe_commands("codex-exec", paths)
         out, err = await _run_hosts(commands, workspace, {**env, "RUST_LOG": "error"})
     assert out.strip() == "host done", err[-3000:]
@@ -1129,7 +1131,9 @@ async def test_claude_code_as_host_gets_the_stall_limit_of_a_stalled_codex_subag
 ) -> None:
     script = StallScript("subagent_codex")
 
-    def subagent_route(request: RecordedRequest) -> Reply | HttpStatus | Stall | None:
+    def subagent_route(
+        request: codex_testing.RecordedRequest,
+    ) -> codex_testing.Reply | codex_testing.HttpStatus | codex_testing.Stall | None:
         if (request.task or "").startswith("STALL"):
             script.stalled.mark()
         return codex_route(request)
@@ -1164,13 +1168,13 @@ async def test_codex_with_a_plain_mcp_servers_entry_offers_dshs_tools_in_its_fir
     model once, which answers at once: the first request is the one that matters."""
     firsts: list[list[str]] = []
 
-    def route(request: RecordedRequest) -> Reply | None:
+    def route(request: codex_testing.RecordedRequest) -> codex_testing.Reply | None:
         body = request.body
         if not isinstance(body, dict) or "input" not in body:
             return None
         tools = json.dumps(body.get("tools", []))
         firsts.append([name for name in EXPECTED_PLAIN_TOOLS if f'"{name}"' in tools])
-        return Reply((MessageItem("host done"),))
+        return codex_testing.Reply((codex_testing.MessageItem("host done"),))
 
     entry = (
         "\n[mcp_servers.dsh]\n"
@@ -1179,10 +1183,14 @@ async def test_codex_with_a_plain_mcp_servers_entry_offers_dshs_tools_in_its_fir
         f' "--cwd", {json.dumps(str(workspace))}]\n'
     )
     with threaded_responses_server(route) as host_url:
-        home = write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
+        home = codex_testing.write_codex_home(tmp_path / "host-codex-home", host_url, "mock-model")
         with (home / "config.toml").open("a", encoding="utf-8") as config:
             config.write(entry)
-        env = {"CODEX_HOME": str(home), "HOME": str(home), FAKE_KEY_ENV: FAKE_API_KEY}
+        env = {
+            "CODEX_HOME": str(home),
+            "HOME": str(home),
+            codex_testing.FAKE_KEY_ENV: codex_testing.FAKE_API_KEY,
+        }
         command = ["codex", "exec", "--skip-git-repo-check", "TASK"]
         for _ in range(PLAIN_ENTRY_RUNS):
             out, err = await _run_hosts([command], workspace, {**env, "RUST_LOG": "error"})

@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from otel_capture import OtlpReceiver, capture
 
+from dsh.subagent_claude_code.testing import SAMPLE_USAGE as CLAUDE_USAGE
 from dsh.subagent_claude_code.testing import FakeMessagesServer
 from dsh.subagent_codex.testing import (
     SAMPLE_USAGE,
@@ -36,7 +37,6 @@ pytestmark = pytest.mark.real_product
 PROMPT_CANARY = "otel-prompt-canary-8e2"
 BODY_CANARY = "otel-body-canary-41c"
 ENV_CANARY = "otel-env-canary-77d"
-CLAUDE_USAGE = {"input_tokens": 11, "output_tokens": 7, "cache_read_input_tokens": 13}
 
 
 @pytest.fixture

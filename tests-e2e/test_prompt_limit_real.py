@@ -22,7 +22,7 @@ from dsh.subagent_claude_code.testing import FakeMessagesServer
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subagent_codex import CodexProvider
 from dsh.subagent_codex.testing import FakeResponsesServer, hermetic_env, write_codex_home
-from dsh.tool_subagent import Caller, Harness
+from dsh.tool_subagent import Caller, Harness, Tool
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
 
@@ -37,6 +37,18 @@ CLAUDE_REFUSED = (
     'subagent provider "claude-code": the "prompt" field is 2,920,997 UTF-16 code units;'
     " Claude Code accepts at most 2,920,996"
 )
+
+
+async def _assert_refused_before_a_start(
+    harness: Harness, tool: Tool, caller: Caller, prompt: str, refusal: str
+) -> None:
+    """``prompt`` is refused with ``refusal`` in the foreground and in the background, and
+    nothing was started or queued."""
+    for background in (False, True):
+        arguments = {"description": "d", "prompt": prompt, "run_in_background": background}
+        refused = await tool.call(arguments, caller)
+        assert (refused.text, refused.is_error) == (refusal, True)
+    assert harness.describe()["starts"] == 0
 
 
 def test_each_provider_declares_its_measured_limit() -> None:
@@ -68,12 +80,8 @@ async def test_a_prompt_at_claude_codes_limit_completes_and_one_over_is_refused_
             tool = harness.tool("subagent_claude_code")
             # One UTF-16 code unit too many, in emoji (two units each: the CLI counts units).
             over = "😀" * (CLAUDE_LIMIT // 2) + "a"
-            for background in (False, True):
-                arguments = {"description": "d", "prompt": over, "run_in_background": background}
-                refused = await tool.call(arguments, caller)
-                assert (refused.text, refused.is_error) == (CLAUDE_REFUSED, True)
+            await _assert_refused_before_a_start(harness, tool, caller, over, CLAUDE_REFUSED)
             assert claude.requests == []
-            assert harness.describe()["starts"] == 0  # nothing was started or queued
             claude.queue_text("took it all")
             at_limit = await tool.call({"description": "d", "prompt": "a" * CLAUDE_LIMIT}, caller)
             assert (at_limit.text, at_limit.is_error) == ("took it all", False)
@@ -95,12 +103,8 @@ async def test_a_prompt_at_codexs_limit_completes_and_one_over_is_refused_before
             tool = harness.tool("subagent_codex")
             # One character (a non-ASCII one: Codex counts characters, not bytes) too many.
             over = "é" * (LIMIT + 1)
-            for background in (False, True):
-                arguments = {"description": "d", "prompt": over, "run_in_background": background}
-                refused = await tool.call(arguments, caller)
-                assert (refused.text, refused.is_error) == (REFUSED, True)
+            await _assert_refused_before_a_start(harness, tool, caller, over, REFUSED)
             assert codex.requests == []
-            assert harness.describe()["starts"] == 0  # nothing was started or queued
             codex.queue_text("took it all", phase="final_answer")
             at_limit = await tool.call({"description": "d", "prompt": "é" * LIMIT}, caller)
             assert (at_limit.text, at_limit.is_error) == ("took it all", False)

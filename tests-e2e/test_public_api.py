@@ -77,27 +77,30 @@ def _bound_public_names(tree: ast.Module, *, imports: bool) -> set[str]:
     return {name for name in names if not name.startswith("_")}
 
 
-def _lazy_names(tree: ast.Module) -> set[str]:
-    """The keys of a top-level ``_LAZY = {name: module, ...}`` (names served by ``__getattr__``)."""
+def _literal_assigned(tree: ast.Module, name: str) -> object:
+    """The literal value of the top-level assignment to ``name``, or ``None`` without one."""
     for node in _runtime_statements(tree.body):
         if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "_LAZY" for t in node.targets
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
         ):
-            value = ast.literal_eval(node.value)
-            assert isinstance(value, dict), "_LAZY is a dict literal"
-            return {str(name) for name in value}
-    return set()
+            return ast.literal_eval(node.value)
+    return None
+
+
+def _lazy_names(tree: ast.Module) -> set[str]:
+    """The keys of a top-level ``_LAZY = {name: module, ...}`` (names served by ``__getattr__``)."""
+    value = _literal_assigned(tree, "_LAZY")
+    if value is None:
+        return set()
+    assert isinstance(value, dict), "_LAZY is a dict literal"
+    return {str(name) for name in value}
 
 
 def _declared_all(tree: ast.Module) -> list[str]:
-    for node in _runtime_statements(tree.body):
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
-        ):
-            value = ast.literal_eval(node.value)
-            assert isinstance(value, list), "__all__ is a list literal"
-            return [str(name) for name in value]
-    raise AssertionError("no __all__")
+    value = _literal_assigned(tree, "__all__")
+    assert value is not None, "no __all__"
+    assert isinstance(value, list), "__all__ is a list literal"
+    return [str(name) for name in value]
 
 
 def test_the_six_packages_are_all_checked() -> None:

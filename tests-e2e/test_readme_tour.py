@@ -9,7 +9,6 @@ traceback.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dsh.subagent_codex.testing import FakeResponsesServer, HttpStatus
-from dsh.subprocess import Collect, SpawnSpec, default_runtime
+from dsh.subprocess.testing import run_to_exit
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(120)]
 
@@ -56,17 +55,8 @@ async def _run_tour(tmp_path: Path, server: FakeResponsesServer) -> tuple[int | 
         "RUST_LOG": "error",
         "OPENAI_API_KEY": FAKE_KEY,
     }
-    spec = SpawnSpec(
-        argv=[sys.executable, str(script)],
-        cwd=str(repo),
-        env=env,
-        stdout=Collect(1 << 16),
-        stderr=Collect(1 << 16),
-    )
-    async with await default_runtime().spawn(spec) as proc:
-        async with asyncio.timeout(60):
-            outcome = await proc.wait()
-    return outcome.exit_code, proc.collected("stdout").text, proc.collected("stderr").text
+    done = await run_to_exit([sys.executable, str(script)], cwd=repo, env=env, timeout_s=60)
+    return done.exit_code, done.stdout, done.stderr
 
 
 async def test_the_tour_runs_as_written(tmp_path: Path) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import sys
 import tomllib
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -30,6 +29,7 @@ import pytest
 
 from dsh.subagent.testing import write_distribution
 from dsh.subprocess import Collect, SpawnSpec, default_runtime
+from dsh.subprocess.testing import pytest_argv
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -151,21 +151,7 @@ async def test_the_third_provider_passes_the_kit_and_shows_on_every_surface(
     env = install(tmp_path / "site")
     report = tmp_path / "report.xml"
     spec = SpawnSpec(
-        argv=[
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            # Plugins none of these tests use, which take about 1.5 s to import.
-            "-p",
-            "no:hypothesispytest",
-            "-p",
-            "no:langsmith_plugin",
-            f"--junitxml={report}",
-            *SUITES,
-        ],
+        argv=pytest_argv(f"--junitxml={report}", *SUITES),
         cwd=ROOT,
         env={**env, "COLUMNS": "200", "TMPDIR": str(tmp_path)},
         stdout=Collect(1 << 16),

@@ -28,15 +28,7 @@ from typing import Any
 
 from dsh.subagent_claude_code.testing import Behaviour as ClaudeReply
 from dsh.subagent_claude_code.testing import FakeMessagesServer
-from dsh.subagent_codex.testing import (
-    Behaviour,
-    FakeResponsesServer,
-    FunctionCallItem,
-    MessageItem,
-    RecordedRequest,
-    Reply,
-    Stall,
-)
+from dsh.subagent_codex import testing as codex_testing
 
 ANSWER = "BENCH-OK"
 # A long-running tool process with a distinctive argv. Not a bare ``sleep``: Claude Code's Bash
@@ -61,8 +53,10 @@ class _Seen:
             return any(token in task for task in self._tasks)
 
 
-def _codex_route(seen: _Seen) -> Callable[[RecordedRequest], Behaviour | None]:
-    def route(request: RecordedRequest) -> Behaviour | None:
+def _codex_route(
+    seen: _Seen,
+) -> Callable[[codex_testing.RecordedRequest], codex_testing.Behaviour | None]:
+    def route(request: codex_testing.RecordedRequest) -> codex_testing.Behaviour | None:
         task = request.task
         seen.add(task)
         items = (request.body or {}).get("input") or []
@@ -71,10 +65,10 @@ def _codex_route(seen: _Seen) -> Callable[[RecordedRequest], Behaviour | None]:
         )
         if task and "BENCH-TOOL" in task and not answered_tool:
             arguments = {"cmd": TOOL_COMMAND, "login": False, "yield_time_ms": 120_000}
-            return Reply((FunctionCallItem("exec_command", arguments),))
+            return codex_testing.Reply((codex_testing.FunctionCallItem("exec_command", arguments),))
         if task and "BENCH-STALL" in task:
-            return Stall((), seconds=60.0)
-        return Reply((MessageItem(ANSWER, "final_answer"),))
+            return codex_testing.Stall((), seconds=60.0)
+        return codex_testing.Reply((codex_testing.MessageItem(ANSWER, "final_answer"),))
 
     return route
 
@@ -123,7 +117,7 @@ async def _main() -> None:
     route = _codex_route(seen)
     done = threading.Event()
     with FakeMessagesServer(default=ClaudeReply("text", text=ANSWER)) as claude:
-        async with FakeResponsesServer(route=route) as codex:
+        async with codex_testing.FakeResponsesServer(route=route) as codex:
             print(json.dumps({"codex": codex.base_url, "claude": claude.base_url}), flush=True)
             reader = threading.Thread(target=_control, args=(claude, seen, done), daemon=True)
             reader.start()

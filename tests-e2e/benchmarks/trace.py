@@ -115,20 +115,14 @@ def _dsh_subprocess_points(tracer: Tracer) -> Iterator[None]:
 #: Each product's trace points: ``(module, class or None, callable, label, entry)``.
 _POINTS: dict[str, tuple[tuple[str, str | None, str, str, bool], ...]] = {
     "codex": (
-        ("dsh.subagent_codex._provider", None, "reap_orphans_once", "orphan check done", True),
+        ("dsh.subprocess", "SpawnChecks", "reap_orphans", "orphan check done", True),
         ("dsh.subagent_codex._run", "CodexRun", "initialize", "initialize answered", True),
         ("dsh.subagent_codex._run", "CodexRun", "start_thread", "thread/start answered", False),
         ("dsh.subagent_codex._run", "CodexRun", "begin_turn", "turn/start sent", False),
         ("dsh.subagent_codex._run", "CodexRun", "_settle", "result settled", False),
     ),
     "claude-code": (
-        (
-            "dsh.subagent_claude_code._provider",
-            None,
-            "reap_orphans_once",
-            "orphan check done",
-            True,
-        ),
+        ("dsh.subprocess", "SpawnChecks", "reap_orphans", "orphan check done", True),
         (
             "dsh.subagent_claude_code._run",
             "ClaudeCodeRun",

@@ -14,14 +14,7 @@ import pytest
 from agents.tool_context import ToolContext
 from langchain_core.messages import ToolMessage
 from pydantic_ai import Agent
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelRequest,
-    ModelResponse,
-    TextPart,
-    ToolCallPart,
-    ToolReturnPart,
-)
+from pydantic_ai import messages as ai_messages
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from dsh.jobs import JobRegistry
@@ -49,19 +42,21 @@ async def harness() -> AsyncIterator[Harness]:
 
 async def test_pydantic_ai_returns_the_tools_text_as_a_failed_return(harness: Harness) -> None:
     calls = [
-        ToolCallPart("subagent_fake", "[1]", tool_call_id="array"),
-        ToolCallPart("subagent_fake", {"description": "d"}, tool_call_id="partial"),
+        ai_messages.ToolCallPart("subagent_fake", "[1]", tool_call_id="array"),
+        ai_messages.ToolCallPart("subagent_fake", {"description": "d"}, tool_call_id="partial"),
     ]
     seen: list[dict[str, tuple[str, str]]] = []
 
-    async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    async def model(
+        messages: list[ai_messages.ModelMessage], info: AgentInfo
+    ) -> ai_messages.ModelResponse:
         if len(messages) == 1:
-            return ModelResponse(parts=calls)
+            return ai_messages.ModelResponse(parts=calls)
         request = messages[-1]
-        assert isinstance(request, ModelRequest)
-        parts = [p for p in request.parts if isinstance(p, ToolReturnPart)]
+        assert isinstance(request, ai_messages.ModelRequest)
+        parts = [p for p in request.parts if isinstance(p, ai_messages.ToolReturnPart)]
         seen.append({p.tool_call_id: (p.outcome, str(p.content)) for p in parts})
-        return ModelResponse(parts=[TextPart("done")])
+        return ai_messages.ModelResponse(parts=[ai_messages.TextPart("done")])
 
     result = await Agent(FunctionModel(model), toolsets=[DshToolset(harness)]).run("go")
     assert result.output == "done"

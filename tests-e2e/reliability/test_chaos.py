@@ -25,9 +25,7 @@ from typing import Any
 import pytest
 
 from dsh.subagent import StopReason, SubagentResult, TextBlock
-from dsh.subagent_claude_code import _provider as claude_provider_module
 from dsh.subagent_claude_code.testing import FakeMessagesServer
-from dsh.subagent_codex import _provider as codex_provider_module
 from dsh.subagent_codex.testing import (
     Behaviour,
     Drop,
@@ -39,7 +37,7 @@ from dsh.subagent_codex.testing import (
     Stall,
     write_codex_home,
 )
-from dsh.subprocess import SpawnSpec, SubprocessRuntime
+from dsh.subprocess import SpawnChecks, SpawnSpec, SubprocessRuntime
 from dsh.subprocess.testing import describe_processes
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(900)]
@@ -238,18 +236,17 @@ async def test_chaos_runs_settle_validly_and_leak_nothing(
         return await real_spawn(self, spec)
 
     monkeypatch.setattr(SubprocessRuntime, "spawn", spawn_spy)
-    # In both providers, start() awaits reap_orphans_once() and then spawns with no suspension
-    # point in between (the orphan check itself runs in the background and never suspends).
-    # Add one real suspension point there for every start(), so a "before-spawn" cancel lands
-    # inside start() (entered, suspended), before the spawn.
-    for module in (codex_provider_module, claude_provider_module):
-        real_reap = module.reap_orphans_once
+    # In both providers, start() awaits reap_orphans() (SpawnChecks': reap_orphans_once()) and
+    # then spawns with no suspension point in between (the orphan check itself runs in the
+    # background and never suspends). Add one real suspension point there for every start(), so
+    # a "before-spawn" cancel lands inside start() (entered, suspended), before the spawn.
+    real_reap = SpawnChecks.reap_orphans
 
-        async def yielding_reap(real_reap: Any = real_reap) -> None:
-            await asyncio.sleep(0)
-            await real_reap()
+    async def yielding_reap(self: SpawnChecks) -> None:
+        await asyncio.sleep(0)
+        await real_reap(self)
 
-        monkeypatch.setattr(module, "reap_orphans_once", yielding_reap)
+    monkeypatch.setattr(SpawnChecks, "reap_orphans", yielding_reap)
 
     def route(request: RecordedRequest) -> Behaviour | None:
         task = request.task or ""

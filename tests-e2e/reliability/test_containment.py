@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sys
+import textwrap
 import time
 import uuid
 from collections.abc import Callable
@@ -188,10 +189,10 @@ async def _start_host(
     return host, await asyncio.wait_for(host.stdout.readline(), 20)
 
 
-def _host_program(*lines: str) -> str:
-    """A host program whose ``main()`` runs ``lines`` (``DOUBLE_FORK`` is the escapee's argv,
-    ``sys.argv`` the host's), then stays up for a minute."""
-    body = "".join(f"    {line}\n" for line in lines)
+def _host_program(main: str) -> str:
+    """A host program whose ``main()`` runs ``main``, an indented block (``DOUBLE_FORK`` is the
+    escapee's argv, ``sys.argv`` the host's), then stays up for a minute."""
+    body = textwrap.indent(textwrap.dedent(main).strip("\n") + "\n", "    ")
     return (
         "import asyncio, json, sys\n"
         "from dsh.subprocess import SpawnSpec, default_runtime\n"
@@ -204,15 +205,15 @@ def _host_program(*lines: str) -> str:
 async def test_reap_orphans_in_a_fresh_process_after_host_sigkill(tmp_path: Path) -> None:
     """A host that saw an empty-env escapee dies by SIGKILL; a fresh process cleans up."""
     nonce = _nonce()
-    host_code = _host_program(
-        "argv = [sys.executable, sys.argv[1], 'on-sigterm', sys.argv[2], sys.argv[3]]",
-        "proc = await default_runtime().spawn(SpawnSpec(argv, stdout='pipe'))",
-        "assert await proc.stdout.readline() == b'armed\\n'",
-        "second = await default_runtime().spawn(SpawnSpec(DOUBLE_FORK))",
-        "await second.wait()",
-        "await asyncio.sleep(0.5)  # sampled: the host has observed its escapee",
-        "print(json.dumps([proc.tree_id, second.tree_id]), flush=True)",
-    )
+    host_code = _host_program("""
+        argv = [sys.executable, sys.argv[1], 'on-sigterm', sys.argv[2], sys.argv[3]]
+        proc = await default_runtime().spawn(SpawnSpec(argv, stdout='pipe'))
+        assert await proc.stdout.readline() == b'armed\\n'
+        second = await default_runtime().spawn(SpawnSpec(DOUBLE_FORK))
+        await second.wait()
+        await asyncio.sleep(0.5)  # sampled: the host has observed its escapee
+        print(json.dumps([proc.tree_id, second.tree_id]), flush=True)
+    """)
     async with SubprocessRuntime() as runtime:
         host, line = await _start_host(runtime, host_code, tmp_path, nonce)
         assert line, host.collected("stderr").text
@@ -248,12 +249,12 @@ def _spawner_side(root: int) -> list[int]:
 async def test_reap_orphans_uses_the_member_record_when_all_of_dsh_died(tmp_path: Path) -> None:
     """Host, spawner and supervisor all SIGKILLed at once: only the on-disk record is left."""
     nonce = _nonce()
-    host_code = _host_program(
-        "proc = await default_runtime().spawn(SpawnSpec(DOUBLE_FORK))",
-        "await proc.wait()",
-        "await asyncio.sleep(2.2)  # sampled (every 1 s): the escapee is on record",
-        "print('observed', flush=True)",
-    )
+    host_code = _host_program("""
+        proc = await default_runtime().spawn(SpawnSpec(DOUBLE_FORK))
+        await proc.wait()
+        await asyncio.sleep(2.2)  # sampled (every 1 s): the escapee is on record
+        print('observed', flush=True)
+    """)
     async with SubprocessRuntime() as runtime:
         host, line = await _start_host(runtime, host_code, tmp_path, nonce)
         assert line == b"observed\n", host.collected("stderr").text

@@ -2,33 +2,23 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from dsh.subagent import DemoFailure
-from dsh.subagent.testing import demo_plan
+from dsh.subagent.testing import check_demo_plan
 from dsh.subagent_claude_code._demo import FAILURE, SERVE_ANSWER
 
 
 async def test_the_plan_scripts_a_loopback_model_in_a_hermetic_home(tmp_path: Path) -> None:
-    plan = demo_plan("claude-code")
-    assert plan.product == "Claude Code"
-    assert plan.scenarios == (
-        "foreground answer",
-        "background job",
-        "model failure",
-        "cancel the tool call",
+    failure = DemoFailure("HTTP 401", FAILURE)
+    checked = await check_demo_plan(
+        "claude-code", tmp_path, cancel="cancel the tool call", failure=failure
     )
-    async with plan.model(tmp_path) as model:
-        env = model.provider_config()["env"]
-        assert env["ANTHROPIC_BASE_URL"].startswith("http://127.0.0.1:")
-        assert env["HOME"].startswith(str(tmp_path / "claude"))
-        assert model.tasks_seen() == []
-        assert model.fail("FAIL-CLAUDE") == DemoFailure("HTTP 401", FAILURE)
-    assert plan.serve_answer == SERVE_ANSWER
-    async with plan.serve(tmp_path / "served") as config:
-        assert config["env"]["ANTHROPIC_BASE_URL"].startswith("http://127.0.0.1:")
-    assert list(plan.leftover_processes(os.getpid())) == []
+    assert (checked.plan.product, checked.plan.serve_answer) == ("Claude Code", SERVE_ANSWER)
+    env = checked.model_config["env"]
+    assert env["ANTHROPIC_BASE_URL"].startswith("http://127.0.0.1:")
+    assert env["HOME"].startswith(str(tmp_path / "claude"))
+    assert checked.served_config["env"]["ANTHROPIC_BASE_URL"].startswith("http://127.0.0.1:")
 
 
 def test_the_failure_line_is_the_one_the_demo_prints() -> None:

@@ -9,23 +9,15 @@ from typing import Any
 import pytest
 
 from dsh.subagent import StopReason, UsageFacts
-from dsh.subagent_claude_code.testing import FakeMessagesServer
+from dsh.subagent_claude_code.testing import SAMPLE_USAGE, SAMPLE_USAGE_FACTS, FakeMessagesServer
 
 pytestmark = pytest.mark.real_product
-
-# Numbers chosen apart so a swapped or dropped field shows; small, so the cost stays tiny.
-_USAGE = {
-    "input_tokens": 11,
-    "output_tokens": 7,
-    "cache_read_input_tokens": 13,
-    "cache_creation_input_tokens": 17,
-}
 
 
 async def test_one_request_reports_the_servers_counts(
     server: FakeMessagesServer, make_provider: Any, make_request: Any, workspace: Path
 ) -> None:
-    server.usage = dict(_USAGE)
+    server.usage = dict(SAMPLE_USAGE)
     server.queue_text("done")
     provider = make_provider(model="claude-sonnet-5-5", env={"ANTHROPIC_API_KEY": "sk-ant-k1"})
     run = await provider.start(make_request("count", workspace))
@@ -41,12 +33,4 @@ async def test_one_request_reports_the_servers_counts(
     assert len(server.requests) == 1
     # Measured with the pinned CLI: counts pass through ``model_usage``; the cost is the CLI's own
     # (its price table for the model), the window its own for the model.
-    assert run.usage == UsageFacts(
-        input_tokens=11,
-        cached_input_tokens=13,
-        cache_creation_input_tokens=17,
-        output_tokens=7,
-        context_window=1000000,
-        cost_usd=0.0001358,
-        model_requests=1,
-    )
+    assert run.usage == UsageFacts(**SAMPLE_USAGE_FACTS, context_window=1000000, cost_usd=0.0001358)

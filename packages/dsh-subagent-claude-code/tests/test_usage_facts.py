@@ -50,11 +50,11 @@ def test_model_usage_wins_over_usage_because_it_counts_subagents() -> None:
     models = {"main": _model(10, 5, 3, 4, 200000), "sub": _model(100, 50, 30, 40, 1000000)}
     facts = usage_from_result(_result(_USAGE, models, 0.0123), model_requests=2)
     assert facts == UsageFacts(
-        input_tokens=110,
-        cached_input_tokens=33,
-        cache_creation_input_tokens=44,
-        output_tokens=55,
-        context_window=1000000,
+        input_tokens=10 + 100,  # main + sub
+        cached_input_tokens=3 + 30,
+        cache_creation_input_tokens=4 + 40,
+        output_tokens=5 + 50,
+        context_window=1000000,  # the larger window
         cost_usd=0.0123,
         model_requests=2,
     )

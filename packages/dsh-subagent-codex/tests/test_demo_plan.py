@@ -2,33 +2,23 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from dsh.subagent import DemoFailure
-from dsh.subagent.testing import demo_plan
+from dsh.subagent.testing import check_demo_plan
 from dsh.subagent_codex._demo import FAILURE, SERVE_ANSWER
 
 
 async def test_the_plan_scripts_a_loopback_model_in_a_hermetic_home(tmp_path: Path) -> None:
-    plan = demo_plan("codex")
-    assert plan.product == "Codex"
-    assert plan.scenarios == (
-        "foreground answer",
-        "background job",
-        "model failure",
-        "cancel via job_kill",
+    failure = DemoFailure("HTTP 503", FAILURE)
+    checked = await check_demo_plan(
+        "codex", tmp_path, cancel="cancel via job_kill", failure=failure
     )
-    async with plan.model(tmp_path) as model:
-        env = model.provider_config()["env"]
-        assert env["CODEX_HOME"] == str(tmp_path / "codex-home")
-        assert "127.0.0.1" in (tmp_path / "codex-home" / "config.toml").read_text()
-        assert model.tasks_seen() == []
-        assert model.fail("FAIL-CODEX") == DemoFailure("HTTP 503", FAILURE)
-    assert plan.serve_answer == SERVE_ANSWER
-    async with plan.serve(tmp_path / "served") as config:
-        assert config["env"]["CODEX_HOME"] == str(tmp_path / "served" / "codex-home")
-    assert list(plan.leftover_processes(os.getpid())) == []
+    assert (checked.plan.product, checked.plan.serve_answer) == ("Codex", SERVE_ANSWER)
+    assert checked.model_config["env"]["CODEX_HOME"] == str(tmp_path / "codex-home")
+    assert "127.0.0.1" in (tmp_path / "codex-home" / "config.toml").read_text()
+    served = checked.served_config["env"]["CODEX_HOME"]
+    assert served == str(tmp_path / "served" / "codex-home")
 
 
 def test_the_failure_line_is_the_one_the_demo_prints() -> None:

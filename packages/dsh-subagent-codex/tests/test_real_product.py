@@ -17,20 +17,7 @@ import pytest
 from dsh.subagent import ProductFailure, StopReason
 from dsh.subagent.testing import decoy_program, run_provider_conformance
 from dsh.subagent_codex import CodexProvider, CodexProviderConfig
-from dsh.subagent_codex.testing import (
-    Behaviour,
-    Drop,
-    FakeResponsesServer,
-    FunctionCallItem,
-    HttpStatus,
-    MessageItem,
-    RecordedRequest,
-    Reply,
-    Stall,
-    hermetic_env,
-    make_start_request,
-    write_codex_home,
-)
+from dsh.subagent_codex import testing as codex_testing
 from dsh.subprocess import marked_processes
 from dsh.subprocess._contention import contention
 
@@ -55,26 +42,33 @@ async def test_model_reaches_thread_start_and_request_body(codex_env: Env) -> No
 
 
 async def test_two_named_instances_run_concurrently_and_cancel_is_isolated(tmp_path: Path) -> None:
-    async with FakeResponsesServer() as server_a, FakeResponsesServer() as server_b:
+    async with (
+        codex_testing.FakeResponsesServer() as server_a,
+        codex_testing.FakeResponsesServer() as server_b,
+    ):
         ws = tmp_path / "ws"
         ws.mkdir()
-        home_a = write_codex_home(tmp_path / "a", server_a.base_url, "native-a")
-        home_b = write_codex_home(tmp_path / "b", server_b.base_url, "native-b")
+        home_a = codex_testing.write_codex_home(tmp_path / "a", server_a.base_url, "native-a")
+        home_b = codex_testing.write_codex_home(tmp_path / "b", server_b.base_url, "native-b")
         provider_a = CodexProvider(
             CodexProviderConfig(
-                provider_name="codex-a", model="model-a", env=hermetic_env(home_a, api_key="sk-a")
+                provider_name="codex-a",
+                model="model-a",
+                env=codex_testing.hermetic_env(home_a, api_key="sk-a"),
             )
         )
         provider_b = CodexProvider(
             CodexProviderConfig(
-                provider_name="codex-b", model="model-b", env=hermetic_env(home_b, api_key="sk-b")
+                provider_name="codex-b",
+                model="model-b",
+                env=codex_testing.hermetic_env(home_b, api_key="sk-b"),
             )
         )
         server_a.queue_text("answer a")
         server_b.queue_stall(seconds=30)
         run_a, run_b = await asyncio.gather(
-            provider_a.start(make_start_request(ws, "task a", provider="codex-a")),
-            provider_b.start(make_start_request(ws, "task b", provider="codex-b")),
+            provider_a.start(codex_testing.make_start_request(ws, "task a", provider="codex-a")),
+            provider_b.start(codex_testing.make_start_request(ws, "task b", provider="codex-b")),
         )
         try:
             await server_b.wait_for_requests(1)
@@ -94,12 +88,12 @@ async def test_two_named_instances_run_concurrently_and_cancel_is_isolated(tmp_p
         assert req_b.headers["authorization"] == "Bearer sk-b"
 
 
-def _metadata_of(server: FakeResponsesServer, index: int) -> dict[str, Any]:
+def _metadata_of(server: codex_testing.FakeResponsesServer, index: int) -> dict[str, Any]:
     value: dict[str, Any] = json.loads(server.requests[index].headers["x-codex-turn-metadata"])
     return value
 
 
-def _tool_outputs(server: FakeResponsesServer) -> list[str]:
+def _tool_outputs(server: codex_testing.FakeResponsesServer) -> list[str]:
     """The newest tool result the model got in each follow-up request (one per tool call here)."""
     outputs: list[str] = []
     for request in server.requests[1:]:
@@ -117,9 +111,9 @@ def _apply_patch_heredoc(path: str) -> str:
 
 
 async def test_never_overrides_ambient_on_request_and_denies_the_write(
-    fake: FakeResponsesServer, tmp_path: Path
+    fake: codex_testing.FakeResponsesServer, tmp_path: Path
 ) -> None:
-    home = write_codex_home(
+    home = codex_testing.write_codex_home(
         tmp_path / "home", fake.base_url, "mock-model", approval_policy="on-request"
     )
     ws = tmp_path / "ws"
@@ -134,10 +128,12 @@ async def test_never_overrides_ambient_on_request_and_denies_the_write(
     plain = {"cmd": "touch made2.txt", "login": False, "yield_time_ms": 20000}
     patch = {"cmd": _apply_patch_heredoc("made3.txt"), "login": False, "yield_time_ms": 20000}
     for arguments in (escalate, plain, patch):
-        fake.queue(Reply((FunctionCallItem("exec_command", arguments),)))
-    fake.queue(HttpStatus(500, {"error": {"message": "boom"}}))
-    provider = CodexProvider(CodexProviderConfig(env=hermetic_env(home)))
-    async with await provider.start(make_start_request(ws, "write a file")) as run:
+        fake.queue(
+            codex_testing.Reply((codex_testing.FunctionCallItem("exec_command", arguments),))
+        )
+    fake.queue(codex_testing.HttpStatus(500, {"error": {"message": "boom"}}))
+    provider = CodexProvider(CodexProviderConfig(env=codex_testing.hermetic_env(home)))
+    async with await provider.start(codex_testing.make_start_request(ws, "write a file")) as run:
         result = await run.result()
     assert list(ws.iterdir()) == []
     # Under the ambient on-request policy the escalation would raise an approval request, which
@@ -187,25 +183,31 @@ async def _reviewed_write(tmp_path: Path, what: str, verdict: str) -> tuple[Any,
         arguments = {"cmd": _apply_patch_heredoc(str(target))}
     arguments |= {"login": False, "yield_time_ms": 20000}
 
-    def route(request: RecordedRequest) -> Behaviour | None:
+    def route(request: codex_testing.RecordedRequest) -> codex_testing.Behaviour | None:
         # Codex's automatic approval reviewer ("guardian") asks the same model server.
         if request.headers.get("x-openai-subagent") == "guardian":
-            return Reply((MessageItem(verdict),))
+            return codex_testing.Reply((codex_testing.MessageItem(verdict),))
         return None
 
-    async with FakeResponsesServer(route=route) as server:
-        home = write_codex_home(tmp_path / "home", server.base_url, "mock-model")
+    async with codex_testing.FakeResponsesServer(route=route) as server:
+        home = codex_testing.write_codex_home(tmp_path / "home", server.base_url, "mock-model")
         with (home / "config.toml").open("a", encoding="utf-8") as config:
             config.write(
                 "\n[sandbox_workspace_write]\nexclude_slash_tmp = true\n"
                 "exclude_tmpdir_env_var = true\n"
             )
-        server.queue(Reply((FunctionCallItem("exec_command", arguments),)))
-        server.queue(HttpStatus(500, {"error": {"message": "boom"}}))
-        provider = CodexProvider(
-            CodexProviderConfig(env=hermetic_env(home), permission_mode="approve-for-me")
+        server.queue(
+            codex_testing.Reply((codex_testing.FunctionCallItem("exec_command", arguments),))
         )
-        async with await provider.start(make_start_request(ws, "write a file")) as run:
+        server.queue(codex_testing.HttpStatus(500, {"error": {"message": "boom"}}))
+        provider = CodexProvider(
+            CodexProviderConfig(
+                env=codex_testing.hermetic_env(home), permission_mode="approve-for-me"
+            )
+        )
+        async with await provider.start(
+            codex_testing.make_start_request(ws, "write a file")
+        ) as run:
             result = await run.result()
         requests = server.requests
     assert [r.body["model"] for r in requests] == ["mock-model", "codex-auto-review", "mock-model"]
@@ -270,17 +272,22 @@ async def test_permissive_modes_write_inside_the_workspace(
 @pytest.mark.parametrize(
     ("behaviour", "category"),
     [
-        (HttpStatus(500, {"error": {"message": CANARY}}), "internalServerError"),
+        (codex_testing.HttpStatus(500, {"error": {"message": CANARY}}), "internalServerError"),
         (
-            HttpStatus(503, {"error": {"message": CANARY, "code": "server_error"}}),
+            codex_testing.HttpStatus(503, {"error": {"message": CANARY, "code": "server_error"}}),
             "httpConnectionFailed; HTTP status: 503",
         ),
-        (HttpStatus(400, {"error": {"message": CANARY, "type": "invalid_request_error"}}), "other"),
+        (
+            codex_testing.HttpStatus(
+                400, {"error": {"message": CANARY, "type": "invalid_request_error"}}
+            ),
+            "other",
+        ),
     ],
 )
 async def test_model_side_failures_map_to_safe_categories(
     codex_env: Env,
-    behaviour: HttpStatus,
+    behaviour: codex_testing.HttpStatus,
     category: str,
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
@@ -395,7 +402,7 @@ async def test_missing_payload_fails_safely_and_never_runs_a_host_codex(
     ws = tmp_path / "ws"
     ws.mkdir()
     with pytest.raises(ProductFailure) as info:
-        await CodexProvider().start(make_start_request(ws, "task"))
+        await CodexProvider().start(codex_testing.make_start_request(ws, "task"))
     assert str(info.value) == (
         "subagent-codex: Product subagent failure (product: Codex; stage: initialize; "
         "category: unknown)"
@@ -403,44 +410,50 @@ async def test_missing_payload_fails_safely_and_never_runs_a_host_codex(
     assert not evidence.exists()
 
 
-def _conformance_route(request: RecordedRequest) -> Behaviour | None:
+def _conformance_route(request: codex_testing.RecordedRequest) -> codex_testing.Behaviour | None:
     task = request.task or ""
     if task == "fail please":
-        return HttpStatus(500, {"error": {"message": "x"}})
+        return codex_testing.HttpStatus(500, {"error": {"message": "x"}})
     if task == "stall please":
-        return Stall((), seconds=20)
-    return Reply((MessageItem("conformance answer", "final_answer"),))
+        return codex_testing.Stall((), seconds=20)
+    return codex_testing.Reply((codex_testing.MessageItem("conformance answer", "final_answer"),))
 
 
 async def test_run_provider_conformance(tmp_path: Path) -> None:
-    async with FakeResponsesServer(route=_conformance_route) as fake:
-        home = write_codex_home(tmp_path / "home", fake.base_url, "mock-model")
+    async with codex_testing.FakeResponsesServer(route=_conformance_route) as fake:
+        home = codex_testing.write_codex_home(tmp_path / "home", fake.base_url, "mock-model")
         ws = tmp_path / "ws"
         ws.mkdir()
 
         def make_provider() -> CodexProvider:
-            return CodexProvider(CodexProviderConfig(env=hermetic_env(home), dispose_grace_ms=2000))
+            return CodexProvider(
+                CodexProviderConfig(env=codex_testing.hermetic_env(home), dispose_grace_ms=2000)
+            )
 
         async def after_each() -> None:
             assert await asyncio.to_thread(marked_processes, owner_pid=os.getpid()) == []
 
         report = await run_provider_conformance(
             make_provider,
-            make_request=lambda: make_start_request(ws, "answer please"),
-            make_failing_request=lambda: make_start_request(ws, "fail please"),
-            make_long_request=lambda: make_start_request(ws, "stall please"),
+            make_request=lambda: codex_testing.make_start_request(ws, "answer please"),
+            make_failing_request=lambda: codex_testing.make_start_request(ws, "fail please"),
+            make_long_request=lambda: codex_testing.make_start_request(ws, "stall please"),
             after_each=after_each,
         )
     assert "reports_activity" in report.passed
 
 
 async def test_dropped_stream_is_other_and_unphased_answer_is_used(codex_env: Env) -> None:
-    codex_env.server.queue(Drop((MessageItem("partial"),)))
+    codex_env.server.queue(codex_testing.Drop((codex_testing.MessageItem("partial"),)))
     async with await codex_env.provider().start(codex_env.request("t")) as run:
         result = await run.result()
     assert result.diagnostic == (
         "Product subagent failure (product: Codex; stage: turn; category: other)"
     )
-    codex_env.server.queue(Reply((MessageItem("first"), MessageItem("second"))))
+    codex_env.server.queue(
+        codex_testing.Reply(
+            (codex_testing.MessageItem("first"), codex_testing.MessageItem("second"))
+        )
+    )
     async with await codex_env.provider().start(codex_env.request("t")) as run:
         assert (await run.result()).text == "second"

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dsh.subprocess.testing import SessionProcesses
+from dsh.subprocess.testing import SessionProcesses, pytest_argv
 
 _CONFTEST = "from dsh.subprocess.pytest_plugin import dsh_leak_guard, dsh_session  # noqa: F401\n"
 
@@ -80,19 +80,7 @@ def _run_pytest(tmp_path: Path, body: str, env: dict[str, str] | None = None) ->
     (tmp_path / "conftest.py").write_text(_CONFTEST)
     (tmp_path / "test_inner.py").write_text(body)
     proc = psutil.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "no:randomly",
-            str(tmp_path / "test_inner.py"),
-            "--rootdir",
-            str(tmp_path),
-        ],
+        pytest_argv(str(tmp_path / "test_inner.py"), "--rootdir", str(tmp_path)),
         cwd=tmp_path,
         env={**os.environ, **(env or {})},
         stdout=-1,

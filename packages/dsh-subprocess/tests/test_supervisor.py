@@ -24,6 +24,7 @@ from dsh.subprocess import _process as process_module
 from dsh.subprocess import _procfs as procfs_module
 from dsh.subprocess import _spawn as spawn_module
 from dsh.subprocess import _spawner as spawner_module
+from dsh.subprocess.testing import python_argv
 
 pytestmark = pytest.mark.linux_only
 
@@ -169,16 +170,18 @@ async def test_the_fallback_without_a_supervisor_still_works(
 
 
 async def test_the_product_gets_default_signal_dispositions(runtime: SubprocessRuntime) -> None:
-    code = (
-        "import signal\n"
-        "print(signal.getsignal(signal.SIGHUP) is signal.SIG_DFL,"
-        " signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)\n"
-    )
+    argv = python_argv("""
+        import signal
+        print(
+            signal.getsignal(signal.SIGHUP) is signal.SIG_DFL,
+            signal.getsignal(signal.SIGTERM) is signal.SIG_DFL,
+        )
+    """)
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
     with spawner_module._spawner._lock:
         spawner_module._spawner._discard()  # the next spawn starts a spawner under SIG_IGN
     try:
-        proc = await runtime.spawn(SpawnSpec([sys.executable, "-c", code]))
+        proc = await runtime.spawn(SpawnSpec(argv))
         assert proc.stdout is not None
         assert await proc.stdout.read() == b"True True\n"
         await proc.aclose()

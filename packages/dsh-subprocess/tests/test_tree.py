@@ -19,6 +19,7 @@ from dsh.subprocess import (
     SubprocessRuntime,
     marked_processes,
 )
+from dsh.subprocess.testing import python_argv
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -52,13 +53,14 @@ async def test_term_ignoring_child_is_killed_after_grace(runtime: SubprocessRunt
 
 
 async def test_grandchild_in_group_dies(runtime: SubprocessRuntime) -> None:
-    code = (
-        "import os, time\n"
-        "pid = os.fork()\n"
-        "if pid == 0:\n    time.sleep(60); os._exit(0)\n"
-        "print(pid, flush=True); time.sleep(60)"
-    )
-    proc = await runtime.spawn(SpawnSpec([sys.executable, "-c", code], grace_ms=300))
+    argv = python_argv("""
+        import os, time
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(60); os._exit(0)
+        print(pid, flush=True); time.sleep(60)
+    """)
+    proc = await runtime.spawn(SpawnSpec(argv, grace_ms=300))
     grandchild = int((await lines(proc, 1))[0])
     assert os.getpgid(grandchild) == proc.pid
     start = time.monotonic()
@@ -69,16 +71,17 @@ async def test_grandchild_in_group_dies(runtime: SubprocessRuntime) -> None:
 
 
 async def test_setsid_double_fork_term_ignorer_is_gone(runtime: SubprocessRuntime) -> None:
-    code = (
-        IGNORE_TERM + "import os, sys\n"
-        "if os.fork() == 0:\n"
-        "    os.setsid()\n"
-        "    if os.fork() == 0:\n"
-        "        print(os.getpid(), flush=True); time.sleep(60); os._exit(0)\n"
-        "    os._exit(0)\n"
-        "os.wait(); time.sleep(60)"
-    )
-    proc = await runtime.spawn(SpawnSpec([sys.executable, "-c", code], grace_ms=300))
+    argv = python_argv("""
+        import os, signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                print(os.getpid(), flush=True); time.sleep(60); os._exit(0)
+            os._exit(0)
+        os.wait(); time.sleep(60)
+    """)
+    proc = await runtime.spawn(SpawnSpec(argv, grace_ms=300))
     escaped = int((await lines(proc, 1))[0])
     assert os.getsid(escaped) != proc.pid
     assert os.getpgid(escaped) != proc.pid
@@ -89,14 +92,13 @@ async def test_setsid_double_fork_term_ignorer_is_gone(runtime: SubprocessRuntim
 
 
 async def test_wait_returns_within_grace_despite_pipe_holder(runtime: SubprocessRuntime) -> None:
-    code = (
-        "import os, time\n"
-        "if os.fork() == 0:\n    time.sleep(60); os._exit(0)\n"
-        "print('parent done', flush=True)"
-    )
-    proc = await runtime.spawn(
-        SpawnSpec([sys.executable, "-c", code], stdout=Collect(1000), grace_ms=300)
-    )
+    argv = python_argv("""
+        import os, time
+        if os.fork() == 0:
+            time.sleep(60); os._exit(0)
+        print('parent done', flush=True)
+    """)
+    proc = await runtime.spawn(SpawnSpec(argv, stdout=Collect(1000), grace_ms=300))
     start = time.monotonic()
     outcome = await asyncio.wait_for(proc.wait(), 5)
     assert outcome.exit_code == 0
@@ -122,13 +124,13 @@ async def test_wait_for_exit_false_then_true(runtime: SubprocessRuntime) -> None
 
 
 async def test_second_terminate_does_not_restart_ladder(runtime: SubprocessRuntime) -> None:
-    code = (
-        "import signal, sys, time\n"
-        "signal.signal(signal.SIGTERM, lambda *_: print('term', flush=True))\n"
-        "print('ready', flush=True)\n"
-        "while True: time.sleep(0.01)"
-    )
-    proc = await runtime.spawn(SpawnSpec([sys.executable, "-c", code], grace_ms=600))
+    argv = python_argv("""
+        import signal, time
+        signal.signal(signal.SIGTERM, lambda *_: print('term', flush=True))
+        print('ready', flush=True)
+        while True: time.sleep(0.01)
+    """)
+    proc = await runtime.spawn(SpawnSpec(argv, grace_ms=600))
     await lines(proc, 1)
     start = time.monotonic()
     proc.terminate()
@@ -250,15 +252,16 @@ async def test_host_sigkill_then_reap_orphans(runtime: SubprocessRuntime) -> Non
     os.kill(host.pid, signal.SIGKILL)
     assert (await host.wait()).signal == "SIGKILL"
     assert marked_processes(tree_id) == pids  # orphaned, still alive
-    code = (
-        "import json, sys\n"
-        "from dsh.subprocess import marked_processes, reap_orphans\n"
-        "before = marked_processes(sys.argv[1])\n"
-        "print(json.dumps([before, reap_orphans()]))"
+    argv = python_argv(
+        """
+        import json, sys
+        from dsh.subprocess import marked_processes, reap_orphans
+        before = marked_processes(sys.argv[1])
+        print(json.dumps([before, reap_orphans()]))
+        """,
+        tree_id,
     )
-    reaper = await runtime.spawn(
-        SpawnSpec([sys.executable, "-c", code, tree_id], stdout=Collect(4096))
-    )
+    reaper = await runtime.spawn(SpawnSpec(argv, stdout=Collect(4096)))
     assert (await reaper.wait()).exit_code == 0
     before, reaped = json.loads(reaper.collected("stdout").text)
     # A concurrent reap_orphans() in another process (e.g. a parallel suite) could beat ours.

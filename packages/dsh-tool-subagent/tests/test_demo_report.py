@@ -17,6 +17,10 @@ def test_missing_providers_names_the_extra() -> None:
         'the Codex provider is not installed; install it with pip install "dsh-tool-subagent'
         '[codex]" (or "dsh-tool-subagent[all]" for everything)'
     )
+    assert missing_providers(["codex"]) == (
+        "the Claude Code provider is not installed; install it with pip install"
+        ' "dsh-tool-subagent[claude-code]" (or "dsh-tool-subagent[all]" for everything)'
+    )
     assert missing_providers([]) == (
         "the Codex provider and the Claude Code provider are not installed; install them with"
         ' pip install "dsh-tool-subagent[all]"'

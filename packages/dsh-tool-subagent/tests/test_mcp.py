@@ -19,6 +19,7 @@ import anyio
 import pytest
 from mcp import ClientSession, types
 from mcp.shared.memory import create_client_server_memory_streams
+from mcp_log_inbox import LogInbox
 
 from dsh.jobs import JobDone, JobRegistry, JobStatus
 from dsh.jobs.tools import job_tools
@@ -90,9 +91,8 @@ def _request() -> ResolvedStartRequest:
 class Connection:
     session: ClientSession
     caller: Caller
-    logs: list[types.LoggingMessageNotificationParams] = field(default_factory=list)
+    inbox: LogInbox  # the log notifications it received
     returned: list[Caller] = field(default_factory=list)
-    log_arrived: anyio.Event = field(default_factory=anyio.Event)
     riding: list[str] = field(default_factory=list)  # notices that rode on tool results
 
     async def call(self, name: str, arguments: dict[str, Any], **options: Any) -> tuple[str, bool]:
@@ -106,13 +106,6 @@ class Connection:
         self.riding.extend(texts[1:])
         return texts[0], bool(result.is_error)
 
-    async def next_log(self, timeout: float = 5.0) -> types.LoggingMessageNotificationParams:  # noqa: ASYNC109
-        with anyio.fail_after(timeout):
-            while not self.logs:
-                await self.log_arrived.wait()
-                self.log_arrived = anyio.Event()
-        return self.logs.pop(0)
-
 
 @asynccontextmanager
 async def connect(
@@ -124,12 +117,7 @@ async def connect(
     progress_interval_s: float | None = None,
 ) -> AsyncIterator[Connection]:
     """One MCP connection to ``harness``; on exit the client closes and the server returns."""
-    holder: list[Connection] = []
-
-    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
-        holder[0].logs.append(params)
-        holder[0].log_arrived.set()
-
+    inbox = LogInbox(timeout_s=5.0)
     async with create_client_server_memory_streams() as (client_streams, server_streams):
         caller = new_caller(cwd)
         owners: list[Caller] = []
@@ -151,10 +139,9 @@ async def connect(
         async with anyio.create_task_group() as group:
             group.start_soon(run_server)
             async with ClientSession(
-                *client_streams, logging_callback=on_log, log_level=log_level
+                *client_streams, logging_callback=inbox.receive, log_level=log_level
             ) as session:
-                conn = Connection(session, caller, returned=owners)
-                holder.append(conn)
+                conn = Connection(session, caller, inbox, returned=owners)
                 if modern:
                     await session.discover()  # the 2026-07-28 era: no handshake
                 else:
@@ -238,7 +225,7 @@ async def test_background_job_sends_a_completion_log_notification_then_job_outpu
             {"description": "background echo", "prompt": "answer later", "run_in_background": True},
         )
         job_id = started_id(started)
-        log = await conn.next_log()
+        log = await conn.inbox.next()
         output = await conn.call("job_output", {"job_id": job_id, "wait": True})
         listing = await conn.call("job_list", {})
     assert log.level == NOTICE_LEVEL
@@ -260,7 +247,7 @@ async def test_job_output_with_wait_collects_a_running_job_and_sends_no_notice()
         output = await conn.call("job_output", {"job_id": job_id, "wait": True, "timeout_ms": 5000})
         await conn.session.send_ping()
     assert output == ("slow answer\n[status: completed]", False)
-    assert conn.logs == []
+    assert conn.inbox.logs == []
 
 
 @pytest.mark.filterwarnings("ignore::mcp.MCPDeprecationWarning")
@@ -283,7 +270,7 @@ async def test_set_level_above_notice_suppresses_notifications() -> None:
             await settled.wait()
         await conn.session.send_ping()
     assert done[0].notice is not None  # a notice was due, and the client's level filtered it
-    assert conn.logs == []
+    assert conn.inbox.logs == []
 
 
 @pytest.mark.parametrize("log_level", ["info", None])
@@ -302,14 +289,14 @@ async def test_a_modern_connection_gets_notices_on_its_next_opted_in_tool_call(
         )
         with anyio.fail_after(5):
             await settled.wait()
-        before = list(conn.logs)
+        before = list(conn.inbox.logs)
         listing = await conn.call("job_list", {})
     assert before == []  # log delivery is request-scoped in this era: nothing unsolicited
     assert listing == (f"{job_id} [subagent] completed — a", False)
     if log_level is None:
-        assert conn.logs == []  # the client never opted in
+        assert conn.inbox.logs == []  # the client never opted in
     else:
-        assert [log.data for log in conn.logs] == [_notice(job_id, "a")]
+        assert [log.data for log in conn.inbox.logs] == [_notice(job_id, "a")]
 
 
 async def test_closing_the_connection_cancels_the_owners_jobs_and_closes_their_runs() -> None:
@@ -348,7 +335,7 @@ async def test_closing_the_connection_cancels_the_owners_jobs_and_closes_their_r
             (ids[0], JobStatus.KILLED),
             (ids[1], JobStatus.KILLED),
         ]
-        assert conn.logs == []
+        assert conn.inbox.logs == []
 
 
 async def test_each_connection_is_its_own_owner() -> None:
@@ -457,7 +444,7 @@ async def test_a_completion_notice_rides_on_the_next_tool_result_once() -> None:
     assert listing == again == (f"{job_id} [subagent] completed — bg one", False)
     assert unknown[1] is True
     assert conn.riding == [_notice(job_id, "bg one")]  # once each
-    assert conn.logs == []
+    assert conn.inbox.logs == []
 
 
 async def test_a_job_read_before_the_next_result_brings_no_notice() -> None:

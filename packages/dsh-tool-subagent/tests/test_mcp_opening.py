@@ -7,7 +7,6 @@ the opening's. No product runs here: the harness uses ``FakeProvider``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -26,7 +25,7 @@ from dsh.jobs import JobRegistry
 from dsh.jobs.tools import job_tools
 from dsh.subagent import Capabilities, SubagentService
 from dsh.subagent.testing import FakeProvider
-from dsh.subprocess import Collect, SpawnSpec, default_runtime
+from dsh.subprocess.testing import run_to_exit
 from dsh.tool_subagent import Harness, SubagentTool, SubagentToolConfig
 from dsh.tool_subagent._mcp.opening import HANDSHAKE_VERSIONS, Opening
 from dsh.tool_subagent._mcp.server import serve_connection
@@ -163,17 +162,8 @@ async def test_the_opening_answers_import_no_mcp_sdk_nor_opentelemetry(tmp_path:
     profile = tmp_path / "jobs-only.toml"
     profile.write_text("provider = []\ntool = []\n", encoding="utf-8")
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}
-    spec = SpawnSpec(
-        argv=[sys.executable, str(script), str(profile)],
-        env=env,
-        stdout=Collect(1 << 14),
-        stderr=Collect(1 << 16),
-    )
-    async with await default_runtime().spawn(spec) as proc:
-        async with asyncio.timeout(60):
-            outcome = await proc.wait()
-    stderr = proc.collected("stderr").text
-    assert (outcome.exit_code, proc.collected("stdout").text) == (0, "[] False\n"), stderr
+    done = await run_to_exit([sys.executable, str(script), str(profile)], env=env, timeout_s=60)
+    assert (done.exit_code, done.stdout) == (0, "[] False\n"), done.stderr
 
 
 def test_serve_answers_from_the_pipe_and_leaves_the_rest_to_the_sdk() -> None:

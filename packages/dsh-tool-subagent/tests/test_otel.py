@@ -26,7 +26,7 @@ from dsh.jobs import JobRegistry, JobStatus
 from dsh.subagent import SubagentService, UsageFacts
 from dsh.subagent.kit import FailureFacts
 from dsh.subagent.testing import FakeProvider
-from dsh.subprocess import Collect, SpawnSpec, default_runtime
+from dsh.subprocess.testing import run_to_exit
 from dsh.tool_subagent import Caller, SubagentTool, SubagentToolConfig
 
 CANARY = "otel-canary-5d1f"
@@ -282,14 +282,6 @@ async def test_without_the_extra_nothing_imports_opentelemetry_and_runs_still_wo
 ) -> None:
     script = tmp_path / "without_otel.py"
     script.write_text(_WITHOUT_OTEL, encoding="utf-8")
-    spec = SpawnSpec(
-        argv=[sys.executable, str(script)],
-        env={"PATH": os.environ.get("PATH", "")},
-        stdout=Collect(1 << 14),
-        stderr=Collect(1 << 14),
-    )
-    async with await default_runtime().spawn(spec) as proc:
-        async with asyncio.timeout(60):
-            outcome = await proc.wait()
-    stderr = proc.collected("stderr").text
-    assert (outcome.exit_code, proc.collected("stdout").text) == (0, "works False []\n"), stderr
+    env = {"PATH": os.environ.get("PATH", "")}
+    done = await run_to_exit([sys.executable, str(script)], env=env, timeout_s=60)
+    assert (done.exit_code, done.stdout) == (0, "works False []\n"), done.stderr

@@ -14,19 +14,22 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
-from dsh.subagent.testing import NO_REPLY_MESSAGE, ModelRequest, ScriptedModelServer
+from dsh.subagent.testing import (
+    NO_REPLY_MESSAGE,
+    ModelRequest,
+    ModelRequestHandler,
+    ThreadedModelServer,
+)
 from dsh.subagent_claude_code.config import CLAUDE_CREDENTIAL_ENV
 
 __all__ = ["Behaviour", "FakeMessagesServer", "RecordedRequest", "hermetic_env"]
 
 _DEFAULT_MODEL = "claude-sonnet-5-5"
 _USAGE = {"input_tokens": 10, "output_tokens": 5}
+_NOT_FOUND = {"type": "error", "error": {"type": "not_found_error", "message": "no"}}
 _MAX_TRICKLE_S = 10.0
 """The longest pause between two words of a ``trickle``."""
 
@@ -119,7 +122,7 @@ def _task_of(body: dict[str, Any] | None) -> str | None:
     return None
 
 
-class FakeMessagesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
+class FakeMessagesServer(ThreadedModelServer[Behaviour, RecordedRequest]):
     """An Anthropic Messages API on 127.0.0.1, in a background thread.
 
     Answers ``POST /v1/messages`` (with or without ``?beta=true``) with scripted replies
@@ -144,61 +147,6 @@ class FakeMessagesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
         headers the real endpoint sends (``anthropic-ratelimit-unified-status``, ...), or
         ``retry-after``. An error answer sends ``x-should-retry: false`` unless this names
         ``x-should-retry`` itself (``"true"`` lets the CLI retry under its own settings)."""
-        self._released = threading.Event()
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    # ---- lifecycle ------------------------------------------------------------------------
-
-    def start(self) -> FakeMessagesServer:
-        if self._httpd is not None:
-            return self
-        server = self
-
-        class Handler(_Handler):
-            fake = server
-
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        httpd.daemon_threads = True
-        self._httpd = httpd
-        self._thread = threading.Thread(
-            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        """Stop serving; stalled requests are released (their connections are closed)."""
-        self._released.set()
-        httpd, self._httpd = self._httpd, None
-        if httpd is not None:
-            httpd.shutdown()
-            httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> FakeMessagesServer:
-        return self.start()
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> FakeMessagesServer:
-        return self.start()
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    @property
-    def base_url(self) -> str:
-        if self._httpd is None:
-            raise RuntimeError("FakeMessagesServer is not started")
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
 
     # ---- scripting helpers (the names every dsh fake model server offers) ------------------
 
@@ -232,21 +180,12 @@ class FakeMessagesServer(ScriptedModelServer[Behaviour, RecordedRequest]):
         """An answer streamed one word every ``interval_s`` (a slow, live model)."""
         self.queue(Behaviour("trickle", text=text, seconds=interval_s), match=match)
 
-    def release_stalls(self) -> None:
-        """Let every stalled request end (its connection is closed); later stalls stall again."""
-        released, self._released = self._released, threading.Event()
-        released.set()
 
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(ModelRequestHandler):
     fake: FakeMessagesServer
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
     def do_HEAD(self) -> None:
-        self._recorded(b"")
+        self._recorded(body=False)
         self.send_response(200)
         self.send_header("Content-Length", "0")
         self.send_header("Connection", "close")
@@ -254,27 +193,24 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
     def do_GET(self) -> None:
-        self._recorded(b"")
-        self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": "no"}})
+        self._recorded(body=False)
+        self.send_json(404, _NOT_FOUND)
 
     def do_POST(self) -> None:
         # Taken before the request is recorded: a release_stalls() called once the request is
         # seen (wait_for_requests) must end this stall, even if it swaps the event before the
         # stall begins to wait.
-        released = self.fake._released
-        length = int(self.headers.get("Content-Length") or 0)
-        record = self._recorded(self.rfile.read(length) if length > 0 else b"")
+        released = self.fake.stalls_released()
+        record = self._recorded()
         if record is None:
-            self._json(
-                404, {"type": "error", "error": {"type": "not_found_error", "message": "no"}}
-            )
+            self.send_json(404, _NOT_FOUND)
             return
         behaviour = self.fake._answer(record)
         model = record.model or _DEFAULT_MODEL
         if behaviour is None:
-            self._json(500, _error_body(500, NO_REPLY_MESSAGE))
+            self.send_json(500, _error_body(500, NO_REPLY_MESSAGE))
         elif behaviour.kind == "http_error":
-            self._json(behaviour.status, _error_body(behaviour.status, behaviour.body))
+            self.send_json(behaviour.status, _error_body(behaviour.status, behaviour.body))
         elif behaviour.kind == "stall":
             released.wait(behaviour.seconds)
             self.close_connection = True
@@ -285,51 +221,28 @@ class _Handler(BaseHTTPRequestHandler):
         elif record.stream:
             self._sse(list(_events(behaviour, model, self.fake.usage)))
         else:
-            self._json(200, _message(behaviour, model, self.fake.usage))
+            self.send_json(200, _message(behaviour, model, self.fake.usage))
 
-    def _recorded(self, raw: bytes) -> RecordedRequest | None:
+    def _recorded(self, *, body: bool = True) -> RecordedRequest | None:
         """The request as recorded; a ``POST /v1/messages`` is returned for the script to
         answer, anything else is recorded as it is and gives ``None``."""
-        url = urlsplit(self.path)
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        record = RecordedRequest(
-            method=self.command,
-            path=url.path,
-            query=url.query,
-            headers={k.lower(): v for k, v in self.headers.items()},
-            body=body if isinstance(body, dict) else None,
-            raw_body=raw,
-        )
-        if self.command == "POST" and url.path.rstrip("/") == "/v1/messages":
+        record = self.read_request(RecordedRequest, body=body)
+        if self.command == "POST" and record.path.rstrip("/") == "/v1/messages":
             return record
         self.fake._record(record, model_call=False)
         return None
-
-    def _json(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Connection", "close")
-        if status >= 400 and "x-should-retry" not in self.fake.headers:
-            self.send_header("x-should-retry", "false")
-        self._extra_headers()
-        self.end_headers()
-        self.wfile.write(data)
-        self.close_connection = True
 
     def _sse_head(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Connection", "close")
-        self._extra_headers()
+        self.send_extra_headers(200)
         self.end_headers()
 
-    def _extra_headers(self) -> None:
+    def send_extra_headers(self, status: int) -> None:
+        if status >= 400 and "x-should-retry" not in self.fake.headers:
+            self.send_header("x-should-retry", "false")
         for name, value in self.fake.headers.items():
             self.send_header(name, value)
 
@@ -370,6 +283,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         self.close_connection = True
         self.connection.shutdown(2)
+
+
+FakeMessagesServer.handler = _Handler  # defined below the server it serves
 
 
 def _frame(name: str, data: dict[str, Any]) -> bytes:

@@ -29,11 +29,10 @@ from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
 from dsh.subprocess import (
     EnvForwarding,
     Limits,
+    SpawnChecks,
     SpawnSpec,
     SubprocessRuntime,
     default_runtime,
-    limits_problem,
-    reap_orphans_once,
 )
 
 if TYPE_CHECKING:
@@ -64,7 +63,7 @@ _INSTALL = ProductInstall(
 _MODEL_ENV_PREFIXES = ("ANTHROPIC_MODEL", "ANTHROPIC_DEFAULT_", "ANTHROPIC_SMALL_FAST_MODEL")
 
 
-class ClaudeCodeProvider(ProductProvider[ClaudeCodeProviderConfig, "ClaudeCodeRun"]):
+class ClaudeCodeProvider(SpawnChecks, ProductProvider[ClaudeCodeProviderConfig, "ClaudeCodeRun"]):
     """Runs one-shot tasks on the Claude Code CLI bundled in ``claude-agent-sdk``.
 
     Building a provider starts no process and does no PATH lookup; ``start()`` (the kit's
@@ -122,9 +121,6 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeProviderConfig, "ClaudeCodeRu
     def env_forwarding(self) -> EnvForwarding:
         return forwarding(self.config)
 
-    def limits_problem(self) -> str | None:
-        return limits_problem(Limits.of(self.config))
-
     def prompt_limit(self) -> int | None:
         """The measured bound, when the run is the one it was measured for: the CLI's default
         model (no ``model``, no model named in the env) under private isolation (no user or
@@ -140,9 +136,6 @@ class ClaudeCodeProvider(ProductProvider[ClaudeCodeProviderConfig, "ClaudeCodeRu
     def prompt_size(self, text: str) -> int:
         """UTF-16 code units, as the CLI's estimate counts (an emoji is two)."""
         return len(text.encode("utf-16-le")) // 2
-
-    async def reap_orphans(self) -> None:
-        await reap_orphans_once()
 
     def launch(self, cwd: str, request: ResolvedStartRequest) -> Launch:
         env = child_env_overlay(self.config, cwd=cwd, tmp_dir=None, env_file=None)

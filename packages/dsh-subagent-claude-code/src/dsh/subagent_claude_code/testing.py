@@ -7,6 +7,7 @@ is the env overlay for a keyless run of the real CLI against it. ``provider_with
 bundled CLI: it exists for protocol branches the real CLI cannot be made to produce, and no config
 or profile can reach it. ``make_start_request(cwd, *texts)`` builds a start request. Those two
 are the test hooks both product providers' ``testing`` modules offer under the same names.
+``SAMPLE_USAGE`` is a server ``usage`` and ``SAMPLE_USAGE_FACTS`` the usage facts it becomes.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from dsh.subagent_claude_code.config import ClaudeCodeProviderConfig
 from dsh.subprocess import SubprocessRuntime
 
 __all__ = [
+    "SAMPLE_USAGE",
+    "SAMPLE_USAGE_FACTS",
     "Behaviour",
     "FakeMessagesServer",
     "RecordedRequest",
@@ -37,6 +40,25 @@ __all__ = [
     "provider_with_cli",
     "provider_with_program",
 ]
+
+#: A Messages API ``usage`` object for ``FakeMessagesServer.usage``: numbers chosen apart (and
+#: small, so the CLI's own cost stays tiny), so a swapped or dropped field shows in a test that
+#: compares the run's usage facts with them.
+SAMPLE_USAGE = {
+    "input_tokens": 11,
+    "output_tokens": 7,
+    "cache_read_input_tokens": 13,
+    "cache_creation_input_tokens": 17,
+}
+#: What one model request reporting :data:`SAMPLE_USAGE` becomes in a run's usage facts as JSON
+#: (``context_window`` and ``cost_usd`` left out: the CLI picks them for its model).
+SAMPLE_USAGE_FACTS = {
+    "input_tokens": 11,
+    "cached_input_tokens": 13,
+    "cache_creation_input_tokens": 17,
+    "output_tokens": 7,
+    "model_requests": 1,
+}
 
 
 def provider_with_program(

@@ -34,11 +34,10 @@ from dsh.subagent_codex.config import CODEX_CREDENTIAL_ENV, CodexProviderConfig
 from dsh.subprocess import (
     EnvForwarding,
     Limits,
+    SpawnChecks,
     SpawnError,
     SpawnSpec,
     default_runtime,
-    limits_problem,
-    reap_orphans_once,
 )
 
 __all__ = ["CodexProvider"]
@@ -103,7 +102,7 @@ _INSTALL = ProductInstall(
 )
 
 
-class CodexProvider(ProductProvider[CodexProviderConfig, CodexRun]):
+class CodexProvider(SpawnChecks, ProductProvider[CodexProviderConfig, CodexRun]):
     """The Codex one-shot subagent provider (entry point ``codex``).
 
     Construction and ``from_config`` start no process and do no PATH lookup or version probe.
@@ -160,12 +159,6 @@ class CodexProvider(ProductProvider[CodexProviderConfig, CodexRun]):
 
     def __repr__(self) -> str:
         return f"CodexProvider(name={self.name!r}, mode={self.config.permission_mode!r})"
-
-    def limits_problem(self) -> str | None:
-        return limits_problem(Limits.of(self.config))
-
-    async def reap_orphans(self) -> None:
-        await reap_orphans_once()
 
     def launch(self, cwd: str, request: ResolvedStartRequest) -> Launch:
         try:

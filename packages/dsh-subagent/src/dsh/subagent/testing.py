@@ -6,6 +6,8 @@ providers run it against the real products) and raises ``AssertionError`` naming
 ``ScriptedModelServer`` (with ``ModelRequest``) is what every product's loopback model server
 scripts with: ``queue(*replies, match=...)``, ``route=``, ``default=``, ``requests``,
 ``wait_for_requests``, ``release_stalls``; a third-party provider's fake server builds on it too.
+``ThreadedModelServer`` serves one on 127.0.0.1 from a thread (its lifecycle, ``base_url`` and
+stalls written once); a product writes its ``ModelRequestHandler`` (Claude Code's server does).
 ``start_request`` builds the request a provider's ``start()`` receives; each product provider's
 ``testing`` module wraps it as ``make_start_request`` with its own descriptor name.
 ``result_of`` starts one run, waits for its result and closes it. ``INVALID_BASE_FIELDS`` lists
@@ -13,18 +15,22 @@ values every provider config must reject in the fields ``ProviderConfigBase`` gi
 ``decoy_program`` plants a product command that only leaves evidence that it ran, for a test that
 a provider never runs a host's own copy of its product. ``BareRun`` wraps a run and forwards only
 the ``SubagentRun`` protocol, as a run of a provider written before the optional activity stamp.
-``demo_plan`` loads a provider's demo plan through its entry point, as ``dsh demo`` does.
+``demo_plan`` loads a provider's demo plan through its entry point, as ``dsh demo`` does;
+``check_demo_plan`` checks one the way ``dsh demo`` uses it and returns the configs it handed out.
 ``write_distribution`` installs a distribution's metadata alone, for tests of discovery.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 from dsh.subagent._conformance import ConformanceReport, run_provider_conformance
-from dsh.subagent._demo import DemoPlan
+from dsh.subagent._demo import DemoFailure, DemoPlan, DemoScenario
 from dsh.subagent._discovery import PROVIDER_ENTRY_POINT_GROUP
 from dsh.subagent._fake import FakeProvider, FakeRun
 from dsh.subagent._model_script import (
@@ -33,6 +39,7 @@ from dsh.subagent._model_script import (
     ModelRequest,
     ScriptedModelServer,
 )
+from dsh.subagent._threaded_server import ModelRequestHandler, ThreadedModelServer
 from dsh.subagent._types import (
     Descriptor,
     Parent,
@@ -50,11 +57,15 @@ __all__ = [
     "TYPED_SCHEMA",
     "TYPED_VALUE",
     "BareRun",
+    "CheckedDemoPlan",
     "ConformanceReport",
     "FakeProvider",
     "FakeRun",
     "ModelRequest",
+    "ModelRequestHandler",
     "ScriptedModelServer",
+    "ThreadedModelServer",
+    "check_demo_plan",
     "decoy_program",
     "demo_plan",
     "result_of",
@@ -142,6 +153,36 @@ def write_distribution(
     if entry_points is not None:
         (info / "entry_points.txt").write_text(entry_points, encoding="utf-8")
     return info
+
+
+@dataclass(frozen=True)
+class CheckedDemoPlan:
+    """What :func:`check_demo_plan` checked: the plan, and the provider configs it handed out for
+    its scripted model (under the root) and its serving model (under ``root / "served"``)."""
+
+    plan: DemoPlan
+    model_config: dict[str, Any]
+    served_config: Mapping[str, Any]
+
+
+async def check_demo_plan(
+    kind: str, root: Path, *, cancel: DemoScenario, failure: DemoFailure
+) -> CheckedDemoPlan:
+    """Check the plan of provider ``kind`` (:func:`demo_plan`) the way ``dsh demo`` uses it: it
+    takes part in every scenario, cancelling by ``cancel``; its scripted model, started under
+    ``root``, has seen no task and scripts ``failure``; it serves under ``root / "served"``; no
+    process of its is left. The product's own checks (its name and served answer, a hermetic
+    home under the root, a loopback base URL) read what this returns."""
+    plan = demo_plan(kind)
+    assert plan.scenarios == ("foreground answer", "background job", "model failure", cancel)
+    async with plan.model(root) as model:
+        config = model.provider_config()
+        assert model.tasks_seen() == []
+        assert model.fail("FAIL-DEMO-PLAN") == failure
+    async with plan.serve(root / "served") as served:
+        pass
+    assert list(plan.leftover_processes(os.getpid())) == []
+    return CheckedDemoPlan(plan, config, served)
 
 
 def decoy_program(directory: Path, name: str) -> tuple[Path, Path]:

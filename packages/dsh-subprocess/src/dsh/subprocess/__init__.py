@@ -28,6 +28,7 @@ from dsh.subprocess._orphans import marked_processes, reap_orphans, reap_orphans
 from dsh.subprocess._process import ManagedProcess
 from dsh.subprocess._procfs import TREE_MARKER_ENV
 from dsh.subprocess._runtime import SubprocessRuntime, default_runtime
+from dsh.subprocess._spawn_checks import SpawnChecks
 from dsh.subprocess._spec import (
     MAX_GRACE_MS,
     Collect,
@@ -74,6 +75,7 @@ __all__ = [
     "LineTooLong",
     "ManagedProcess",
     "ProcessOutcome",
+    "SpawnChecks",
     "SpawnError",
     "SpawnSpec",
     "StdinSpec",

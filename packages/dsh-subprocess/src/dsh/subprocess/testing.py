@@ -6,7 +6,9 @@ state, parent, the start of its command line, its tree marker), so a rare leak i
 traced from the failure message alone. Test-only: the lines may hold paths and arguments.
 ``run_to_exit`` runs one program to the exit of its whole tree and returns what it printed
 (``Finished``), for a test that drives a command. ``processes_naming`` finds live processes by
-what they name (Linux), without reading any of dsh's own markers or records.
+what they name (Linux), without reading any of dsh's own markers or records. ``pytest_argv``
+is the argv of a pytest run in a child process, for a test that runs tests; ``python_argv`` the
+argv of a child program written in the test as an indented block.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 import tempfile
+import textwrap
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -36,6 +40,8 @@ __all__ = [
     "check_no_leaks",
     "describe_processes",
     "processes_naming",
+    "pytest_argv",
+    "python_argv",
     "run_to_exit",
     "spawner_processes",
 ]
@@ -79,6 +85,23 @@ async def run_to_exit(
         await proc.aclose()
     out, err = proc.collected("stdout").text, proc.collected("stderr").text
     return Finished(outcome.exit_code, out, err, proc.pid)
+
+
+def python_argv(program: str, *args: str) -> list[str]:
+    """The argv of this interpreter running ``program`` with ``args`` (``sys.argv[1:]``).
+
+    ``program`` is dedented first, so a test writes its child as an indented triple-quoted block
+    that reads as the Python it is."""
+    return [sys.executable, "-c", textwrap.dedent(program), *args]
+
+
+def pytest_argv(*args: str) -> list[str]:
+    """The argv of ``pytest *args`` run by this interpreter: quiet, without the cache provider
+    and without the plugins of this workspace that such a run never uses (hypothesis and
+    langsmith take about 1.5 s to import; pytest-randomly would reorder the inner tests)."""
+    plugins = ("cacheprovider", "hypothesispytest", "langsmith_plugin", "randomly")
+    disabled = [arg for plugin in plugins for arg in ("-p", f"no:{plugin}")]
+    return [sys.executable, "-m", "pytest", "-q", *disabled, *args]
 
 
 def describe_processes(pids: list[int]) -> list[str]:

@@ -18,10 +18,9 @@ from dsh.subagent_relay.config import RelayProviderConfig
 from dsh.subprocess import (
     EnvForwarding,
     Limits,
+    SpawnChecks,
     SpawnSpec,
     default_runtime,
-    limits_problem,
-    reap_orphans_once,
 )
 
 __all__ = ["RelayProvider"]
@@ -40,7 +39,7 @@ _INSTALL = ProductInstall(
 )
 
 
-class RelayProvider(ProductProvider[RelayProviderConfig, RelayRun]):
+class RelayProvider(SpawnChecks, ProductProvider[RelayProviderConfig, RelayRun]):
     """Runs one-shot tasks on ``relay-agent`` (one process per task, JSON lines over stdio).
 
     Building one starts no process. ``start()`` (the kit's) spawns the agent, waits for its
@@ -69,12 +68,6 @@ class RelayProvider(ProductProvider[RelayProviderConfig, RelayRun]):
 
     def env_forwarding(self) -> EnvForwarding:
         return forwarding(self.config)
-
-    def limits_problem(self) -> str | None:
-        return limits_problem(Limits.of(self.config))
-
-    async def reap_orphans(self) -> None:
-        await reap_orphans_once()
 
     def launch(self, cwd: str, request: ResolvedStartRequest) -> Launch:
         if self._program is not None:
