@@ -28,7 +28,7 @@ import anyio
 import psutil
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
-from mcp_log_inbox import LogInbox
+from mcp_client import LogInbox, SessionClient
 
 from dsh.subagent.testing import TYPED_SCHEMA, TYPED_VALUE
 from dsh.subagent_claude_code import testing as claude_testing
@@ -123,10 +123,8 @@ def servers(loopback: Any) -> Servers:
 
 
 @dataclass
-class Client:
-    session: ClientSession
+class Client(SessionClient):
     stderr: Path
-    inbox: LogInbox  # the log notifications it received
     stream_errors: list[Exception] = field(default_factory=list)
     last_meta: dict[str, Any] | None = None
 
@@ -174,7 +172,7 @@ async def mcp_client(profile: Path | None, workspace: Path) -> AsyncIterator[Cli
                 message_handler=on_message,
             ) as session,
         ):
-            client = Client(session, stderr_path, inbox)
+            client = Client(session, inbox, stderr_path)
             holder.append(client)
             with anyio.fail_after(60):
                 await session.initialize()

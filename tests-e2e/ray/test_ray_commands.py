@@ -27,6 +27,7 @@ from dsh.subagent_claude_code.testing import Behaviour, FakeMessagesServer, host
 from dsh.subagent_claude_code.testing import RecordedRequest as ClaudeRequest
 from dsh.subagent_claude_code.testing import hermetic_env as claude_env
 from dsh.subprocess import Collect, SpawnSpec, default_runtime
+from dsh.tool_subagent._demo.serve import to_toml
 
 pytestmark = [pytest.mark.real_product, pytest.mark.timeout(240)]
 
@@ -36,24 +37,10 @@ STARTED = re.compile(r"started background subagent job (subagent-[0-9a-f]{12})")
 DSH = Path(sys.executable).with_name("dsh")
 
 
-def toml_value(value: Any) -> str:
-    """Inline TOML for the plain values a profile holds (a JSON string is a TOML string)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(toml_value(item) for item in value) + "]"
-    items = (f"{json.dumps(key)} = {toml_value(item)}" for key, item in value.items())
-    return "{ " + ", ".join(items) + " }"
-
-
 def write_profile(setup: Any, path: Path, address: str = "auto") -> Path:
     jobs = {"executor": "ray", "address": address, "max_runs_per_node": setup.runs_per_node}
     table = {**setup.profile, "jobs": jobs}
-    path.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in table.items()), "utf-8")
+    path.write_text(to_toml(table), encoding="utf-8")
     return path
 
 

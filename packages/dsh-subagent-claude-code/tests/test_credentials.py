@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from dsh.subagent.kit import DoctorCheck
+from dsh.subagent.testing import check_login_file_row
 from dsh.subagent_claude_code import (
     CLAUDE_CREDENTIAL_ENV,
     ClaudeCodeProvider,
@@ -106,10 +107,7 @@ def test_doctor_names_credential_sources_never_values(
         DoctorCheck("credential variables", "ANTHROPIC_API_KEY", True),
         DoctorCheck("login file", "absent", True),
     ]
-    (tmp_path / ".credentials.json").write_text("{}")
-    assert provider.doctor()[4] == DoctorCheck("login file", "exists", True)
-    assert "sk-secret-value" not in repr(provider.doctor())
-    assert str(tmp_path) not in repr(provider.doctor())
+    check_login_file_row(provider, tmp_path, secret="sk-secret-value")  # .credentials.json
     assert provider.forwarded_env_names() == ("ANTHROPIC_API_KEY",)
 
 

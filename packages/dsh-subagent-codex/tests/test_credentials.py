@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from dsh.subagent.kit import DoctorCheck
+from dsh.subagent.testing import check_login_file_row
 from dsh.subagent_codex import CODEX_CREDENTIAL_ENV, CodexProvider, CodexProviderConfig
 from dsh.subagent_codex._env import forwarding, tool_env_override
 from dsh.subagent_codex.testing import hermetic_env
@@ -77,8 +78,5 @@ def test_doctor_names_credential_sources_never_values(
         DoctorCheck("credential variables", "MY_PROVIDER_KEY, OPENAI_API_KEY", True),
         DoctorCheck("login file", "absent", True),
     ]
-    (tmp_path / "auth.json").write_text("{}")
-    assert provider.doctor()[4] == DoctorCheck("login file", "exists", True)
-    assert "sk-secret-value" not in repr(provider.doctor())
-    assert str(tmp_path) not in repr(provider.doctor())
+    check_login_file_row(provider, tmp_path, secret="sk-secret-value")  # auth.json
     assert provider.forwarded_env_names() == ("MY_PROVIDER_KEY", "OPENAI_API_KEY", "RUST_LOG")

@@ -19,7 +19,7 @@ import anyio
 import pytest
 from mcp import ClientSession, types
 from mcp.shared.memory import create_client_server_memory_streams
-from mcp_log_inbox import LogInbox
+from mcp_client import LogInbox, SessionClient
 
 from dsh.jobs import JobDone, JobRegistry, JobStatus
 from dsh.jobs.tools import job_tools
@@ -88,10 +88,8 @@ def _request() -> ResolvedStartRequest:
 
 
 @dataclass
-class Connection:
-    session: ClientSession
+class Connection(SessionClient):
     caller: Caller
-    inbox: LogInbox  # the log notifications it received
     returned: list[Caller] = field(default_factory=list)
     riding: list[str] = field(default_factory=list)  # notices that rode on tool results
 
@@ -141,7 +139,7 @@ async def connect(
             async with ClientSession(
                 *client_streams, logging_callback=inbox.receive, log_level=log_level
             ) as session:
-                conn = Connection(session, caller, inbox, returned=owners)
+                conn = Connection(session, inbox, caller, returned=owners)
                 if modern:
                     await session.discover()  # the 2026-07-28 era: no handshake
                 else:

@@ -17,6 +17,7 @@ a provider never runs a host's own copy of its product. ``BareRun`` wraps a run 
 the ``SubagentRun`` protocol, as a run of a provider written before the optional activity stamp.
 ``demo_plan`` loads a provider's demo plan through its entry point, as ``dsh demo`` does;
 ``check_demo_plan`` checks one the way ``dsh demo`` uses it and returns the configs it handed out.
+``check_login_file_row`` checks a product provider's ``doctor()`` login-file row.
 ``write_distribution`` installs a distribution's metadata alone, for tests of discovery.
 """
 
@@ -32,6 +33,7 @@ from typing import Any, Self
 from dsh.subagent._conformance import ConformanceReport, run_provider_conformance
 from dsh.subagent._demo import DemoFailure, DemoPlan, DemoScenario
 from dsh.subagent._discovery import PROVIDER_ENTRY_POINT_GROUP
+from dsh.subagent._doctor import DoctorCheck
 from dsh.subagent._fake import FakeProvider, FakeRun
 from dsh.subagent._model_script import (
     MAX_RECORDED_REQUESTS,
@@ -39,6 +41,7 @@ from dsh.subagent._model_script import (
     ModelRequest,
     ScriptedModelServer,
 )
+from dsh.subagent._provider_base import ProviderBase
 from dsh.subagent._threaded_server import ModelRequestHandler, ThreadedModelServer
 from dsh.subagent._types import (
     Descriptor,
@@ -66,6 +69,7 @@ __all__ = [
     "ScriptedModelServer",
     "ThreadedModelServer",
     "check_demo_plan",
+    "check_login_file_row",
     "decoy_program",
     "demo_plan",
     "result_of",
@@ -183,6 +187,21 @@ async def check_demo_plan(
         pass
     assert list(plan.leftover_processes(os.getpid())) == []
     return CheckedDemoPlan(plan, config, served)
+
+
+def check_login_file_row(provider: ProviderBase[Any], config_dir: Path, *, secret: str) -> None:
+    """``doctor()``'s login-file row of ``provider``, whose product's config dir is ``config_dir``:
+    ``absent``, then, in the same place, ``exists`` once the product's login file
+    (``install.login_file``) is written there; no row, before or after, shows ``secret`` or the
+    path."""
+    before = provider.doctor()
+    at = before.index(DoctorCheck("login file", "absent", True))
+    (config_dir / provider.install.login_file).write_text("{}")
+    after = provider.doctor()
+    assert after[at] == DoctorCheck("login file", "exists", True)
+    for rows in (before, after):
+        assert secret not in repr(rows)
+        assert str(config_dir) not in repr(rows)
 
 
 def decoy_program(directory: Path, name: str) -> tuple[Path, Path]:

@@ -1,17 +1,21 @@
-"""``LogInbox``: the MCP log notifications a test's client has received, in order.
+"""The client side of a test's MCP session, shared by the tests that drive one: in process
+(``packages/dsh-tool-subagent/tests/test_mcp.py``) and ``dsh mcp`` as a process
+(``tests-e2e/test_mcp_real.py``). Repository tooling: no distribution ships it.
 
-Pass ``inbox.receive`` as the SDK client's ``logging_callback``; ``await inbox.next()`` takes the
-oldest one not taken yet, waiting (bounded) for one to arrive. Shared by the tests that drive an
-MCP session: in process (``packages/dsh-tool-subagent/tests/test_mcp.py``) and ``dsh mcp`` as a
-process (``tests-e2e/test_mcp_real.py``). Repository tooling: no distribution ships it.
+``LogInbox``: the log notifications the client has received, in order. Pass ``inbox.receive`` as
+the SDK client's ``logging_callback``; ``await inbox.next()`` takes the oldest one not taken yet,
+waiting (bounded) for one to arrive. ``SessionClient``: the SDK's session and its inbox, the base
+of each test's client (which adds its own ``call``).
 """
 
 from __future__ import annotations
 
-import anyio
-from mcp import types
+from dataclasses import dataclass
 
-__all__ = ["LogInbox"]
+import anyio
+from mcp import ClientSession, types
+
+__all__ = ["LogInbox", "SessionClient"]
 
 
 class LogInbox:
@@ -35,3 +39,12 @@ class LogInbox:
                 await self._arrived.wait()
                 self._arrived = anyio.Event()
         return self.logs.pop(0)
+
+
+@dataclass
+class SessionClient:
+    """An MCP session a test drives: the SDK's ``session`` and the log notifications it received
+    (``inbox``, given to the session as its ``logging_callback``)."""
+
+    session: ClientSession
+    inbox: LogInbox
