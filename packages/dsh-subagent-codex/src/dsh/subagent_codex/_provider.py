@@ -11,7 +11,13 @@ from importlib import metadata
 from typing import Any
 
 from dsh.subagent import Capabilities, DemoPlan, ResolvedStartRequest
-from dsh.subagent.kit import Launch, ProductInstall, ProductProvider, remove_off_loop
+from dsh.subagent.kit import (
+    Launch,
+    ProductInstall,
+    ProductProvider,
+    remove_off_loop,
+    spawning_warm,
+)
 from dsh.subagent_codex._auth import (
     CONFIG_DIR_ENV,
     DEFAULT_CONFIG_DIR,
@@ -252,6 +258,7 @@ class CodexProvider(ProductProvider[CodexProviderConfig, CodexRun]):
                 grace_ms=config.dispose_grace_ms,
                 nice=config.nice,
                 limits=Limits.of(config),
+                busy=not spawning_warm(),  # a warm process's start-up lowers no run in flight
             )
             proc = await default_runtime().spawn(spec)
         except BaseException as exc:
