@@ -29,6 +29,7 @@ from dsh.subagent.kit import (
     ProductProvider,
     ProductRun,
     ProviderConfigBase,
+    spawning_warm,
 )
 from dsh.subagent.testing import start_request
 
@@ -124,6 +125,7 @@ class ToyProvider(ProductProvider[ToyConfig, ToyRun]):
         self.steps: list[str] = []
         self.fail = fail
         self.runs: list[ToyRun] = []
+        self.warm_spawns: list[bool] = []
         self.teardown_fails = False
         self.prepared = asyncio.Event()
 
@@ -143,6 +145,7 @@ class ToyProvider(ProductProvider[ToyConfig, ToyRun]):
 
     async def new_run(self, cwd: str, argv: list[str], env: dict[str, str | None]) -> ToyRun:
         self.steps.append("new_run")
+        self.warm_spawns.append(spawning_warm())
         run = ToyRun(self.steps, teardown_fails=self.teardown_fails)
         self.runs.append(run)
         return run
@@ -241,6 +244,11 @@ async def test_a_warm_process_is_taken_and_a_dead_one_falls_back_cold(tmp_path: 
     first = await provider.start(request(tmp_path))
     await first.result()
     pool = provider.warm_pool
+    await asyncio.sleep(0.05)
+    # Replacements start once the run is closed (its tree gone), not at its result.
+    assert not pool.idle()
+    assert not provider.warm_spawns[1:]
+    await first.aclose()
     for _ in range(200):
         if pool.idle():
             break
@@ -250,6 +258,7 @@ async def test_a_warm_process_is_taken_and_a_dead_one_falls_back_cold(tmp_path: 
     second = await provider.start(request(tmp_path))
     assert second is warm
     assert warm._process.busy == [False, True]
+    await second.aclose()
     for _ in range(200):
         if pool.idle():
             break
@@ -260,6 +269,8 @@ async def test_a_warm_process_is_taken_and_a_dead_one_falls_back_cold(tmp_path: 
     assert third is not dying
     assert dying.teardowns == 1
     assert (await third.result()).text == "hello there"
+    # Only the pool's spawns are warm ones (a provider spawns them idle: SpawnSpec.busy).
+    assert provider.warm_spawns == [False, True, True, False]  # cold, warm, warm, cold third
     # Let the pool's replenish task await the result it was handed (a task cancelled before its
     # first step leaves that coroutine unawaited: WarmPool's, not the template's).
     await asyncio.sleep(0.05)

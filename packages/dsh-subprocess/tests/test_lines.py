@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dsh.subprocess import BoundedLines, LineTooLong, SubprocessError
+from dsh.subprocess import BoundedLines, DroppingReader, LineTooLong, SubprocessError
 
 
 def _stream(*pieces: bytes) -> asyncio.StreamReader:
@@ -74,3 +74,60 @@ def test_any_split_gives_the_same_lines(lines: list[bytes], tail: bytes, chunk: 
         return await _read(reader), reader.tail
 
     assert asyncio.run(main()) == (lines, tail)
+
+
+def _dropping(prefix: bytes = b"{drop", max_line: int = 64) -> tuple[DroppingReader, list[int]]:
+    reader = DroppingReader()
+    drops: list[int] = []
+    reader.drop_lines(prefix, lambda: drops.append(1), max_line)
+    return reader, drops
+
+
+async def test_dropped_lines_never_reach_the_reader_in_any_split() -> None:
+    data = b'{drop 1}\n{"keep":1}\n{drop 2}\n{dro\n{"keep":2}\n{drop 3}\n'
+    for cut_a in range(len(data)):
+        for cut_b in range(cut_a, len(data)):
+            reader, drops = _dropping()
+            for piece in (data[:cut_a], data[cut_a:cut_b], data[cut_b:]):
+                reader.feed_data(piece)
+            reader.feed_eof()
+            lines = await _read(BoundedLines(reader, 64))
+            # A line whose prefix came split may pass (the consumer drops it by its prefix
+            # too); a kept line is never lost or cut.
+            assert [line for line in lines if not line.startswith(b"{drop")] == [
+                b'{"keep":1}',
+                b"{dro",
+                b'{"keep":2}',
+            ]
+            assert len(drops) + sum(line.startswith(b"{drop") for line in lines) == 3
+
+
+async def test_a_chunk_of_dropped_lines_wakes_no_reader() -> None:
+    reader, drops = _dropping()
+    reader.feed_data(b"{drop a}\n{drop b}\n")
+    assert drops == [1, 1]
+    assert not reader._buffer  # type: ignore[attr-defined]
+    reader.feed_data(b"{drop c")  # a line's start is enough
+    assert drops == [1, 1, 1]
+    reader.feed_data(b" more}\nkept\n")
+    reader.feed_eof()
+    assert await _read(BoundedLines(reader, 64)) == [b"kept"]
+
+
+async def test_an_endless_dropped_line_still_fails_the_bounded_reader() -> None:
+    reader, _ = _dropping(max_line=16)
+    reader.feed_data(b"{drop" + b"x" * 40)
+    assert reader._buffer  # type: ignore[attr-defined]  # past the bound: fed, not dropped
+    reader.feed_data(b"\n")
+    reader.feed_eof()
+    with pytest.raises(LineTooLong):
+        await _read(BoundedLines(reader, 16))
+
+
+async def test_installed_mid_line_the_partial_line_is_kept() -> None:
+    reader = DroppingReader()
+    reader.feed_data(b'{"a":')
+    reader.drop_lines(b"{drop", lambda: None, 64)
+    reader.feed_data(b'1}\n{drop}\n{"b":2}\n')
+    reader.feed_eof()
+    assert await _read(BoundedLines(reader, 64)) == [b'{"a":1}', b'{"b":2}']

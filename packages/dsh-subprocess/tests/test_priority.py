@@ -181,6 +181,27 @@ async def test_idle_auto_trees_do_not_count_until_put_to_work(runtime: Subproces
     assert contention.busy_count() == 0
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="threads' nice is Linux's")
+async def test_a_tree_spawned_idle_lowers_no_run_in_flight(runtime: SubprocessRuntime) -> None:
+    own = _nice_of(0)
+    lone, _ = await _spawn_auto(runtime)
+    trees = [lone]
+    try:
+        for _ in range(contention.calm):  # as a warm pool spawns: idle until put to work
+            spec = SpawnSpec([sys.executable, "-c", THREADED_TREE], nice="auto", busy=False)
+            trees.append(await runtime.spawn(spec))
+        assert contention.busy_count() == 1
+        await asyncio.sleep(0.3)  # a lowering would have happened by now
+        assert set(_thread_nices(lone.pid)) == {own}
+        trees[1].set_busy(True)  # put to work: now two are busy
+        if contention.calm == 1:
+            assert await _settled(lambda: set(_thread_nices(lone.pid)) == {contention.nice_for(2)})
+    finally:
+        for proc in trees:
+            await proc.aclose()
+    assert contention.busy_count() == 0
+
+
 def test_tiers_follow_the_cpu_count() -> None:
     assert default_tiers(2) == ((1, 0), (4, 10))
     assert default_tiers(1) == ((1, 0), (2, 10))

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from dsh.subagent import Capabilities, DemoPlan, ResolvedStartRequest
-from dsh.subagent.kit import Launch, ProductInstall, ProductProvider
+from dsh.subagent.kit import Launch, ProductInstall, ProductProvider, spawning_warm
 from dsh.subagent_claude_code import _command
 from dsh.subagent_claude_code._command import (
     PayloadMissing,
@@ -177,6 +177,7 @@ class ClaudeCodeProvider(SpawnChecks, ProductProvider[ClaudeCodeProviderConfig, 
             limits=Limits.of(self.config),
             owned_dir=run_dir,  # removed after whole-tree exit, by the supervisor where it can
             owned_files=made.files,  # and, outside private isolation, made by it too
+            busy=not spawning_warm(),  # a warm process's start-up lowers no run in flight
         )
         from dsh.subagent_claude_code._run import ClaudeCodeRun
 

@@ -14,6 +14,7 @@ from claude_agent_sdk import CLIConnectionError, CLIJSONDecodeError, ProcessErro
 from dsh.subagent.kit import ActivityStamp, CloseOnce
 from dsh.subprocess import (
     BoundedLines,
+    DroppingReader,
     LineTooLong,
     ManagedProcess,
     ProcessOutcome,
@@ -114,6 +115,10 @@ class DshTransport(Transport):
         self.spawn_attempted = True  # from here on the spawn owns ``spec.owned_dir``
         process = await self._runtime.spawn(self._spec)
         self.process = process
+        if isinstance(process.stdout, DroppingReader):
+            # Before anyone reads: a stream_event line is activity only (see ``_parse``), so it
+            # is dropped as it arrives and wakes no reader.
+            process.stdout.drop_lines(_STREAM_EVENT, self.activity.touch, MAX_LINE_BYTES)
         self._ready = True
         self._eof_task = asyncio.get_running_loop().create_task(self._eof_after_exit(process))
         self._on_spawned(process)
@@ -255,7 +260,8 @@ class DshTransport(Transport):
         text = line.strip()
         if not text or not text.startswith(b"{") or text.startswith(_STREAM_EVENT):
             # A stream_event line (one per model SSE event) is activity only: nothing reads its
-            # content, so it is neither parsed here nor handed to the SDK.
+            # content, so it is neither parsed here nor handed to the SDK. Most never get here:
+            # stdout drops them as they arrive (``connect``); this is for one that came first.
             self.activity.touch()
             return None
         try:

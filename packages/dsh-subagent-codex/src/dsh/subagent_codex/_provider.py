@@ -16,6 +16,7 @@ from dsh.subagent.kit import (
     ProductProvider,
     installed_version,
     remove_off_loop,
+    spawning_warm,
 )
 from dsh.subagent_codex._auth import (
     CONFIG_DIR_ENV,
@@ -255,6 +256,7 @@ class CodexProvider(SpawnChecks, ProductProvider[CodexProviderConfig, CodexRun])
                 grace_ms=config.dispose_grace_ms,
                 nice=config.nice,
                 limits=Limits.of(config),
+                busy=not spawning_warm(),  # a warm process's start-up lowers no run in flight
             )
             proc = await default_runtime().spawn(spec)
         except BaseException as exc:

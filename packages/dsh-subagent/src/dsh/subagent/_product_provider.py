@@ -4,7 +4,7 @@
 per-run limits check, the reaping of trees dead hosts left and the sweep of the run dirs dead
 owners left, the product's launch (argv and env overlay), then either a cold start, or (with
 ``prewarm``) the take-over of a warm process for the same cwd, argv and env with a cold start on a
-miss, and last the pool's replenishment once the run's result is in. A failed start is rolled
+miss, and last the pool's replenishment once the run is closed. A failed start is rolled
 back (``rollback``): the error becomes the product's safe failure, the run's tree is brought to
 exit, a teardown that could not prove exit is combined into an ``ExceptionGroup``, and a
 cancellation propagates.
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextvars
 import logging
 from collections.abc import Hashable, Mapping
 from typing import ClassVar, Generic, NoReturn, Protocol, TypeVar
@@ -30,7 +31,7 @@ from dsh.subagent._types import ResolvedStartRequest, SubagentStartRequest
 from dsh.subagent._warm import WarmPool
 from dsh.subagent.errors import ProductFailure
 
-__all__ = ["EnvNames", "Launch", "ProductProvider"]
+__all__ = ["EnvNames", "Launch", "ProductProvider", "spawning_warm"]
 
 RunT = TypeVar("RunT", bound=ProductRun)
 
@@ -38,6 +39,18 @@ Launch = tuple[list[str], dict[str, str | None]]
 """A product process's argv and env overlay (``None`` unsets a name)."""
 
 _Key = tuple[str, tuple[str, ...], tuple[tuple[str, str | None], ...]]
+
+_warm_spawn: contextvars.ContextVar[bool] = contextvars.ContextVar("dsh_warm_spawn", default=False)
+
+
+def spawning_warm() -> bool:
+    """True while a warm process is being made (``new_run`` and ``prepare_run`` for the pool).
+
+    Its spawn waits for work that has not come yet, so a provider spawns it idle
+    (``SpawnSpec(busy=not spawning_warm())``): its start-up then lowers no run in flight under
+    ``nice = "auto"``, and it counts as busy once taken.
+    """
+    return _warm_spawn.get()
 
 
 class EnvNames(Protocol):
@@ -130,7 +143,7 @@ class ProductProvider(ProviderBase[ConfigT], Generic[ConfigT, RunT]):
         run = await self._start_warm(key, request)
         if run is None:
             run = await self._start_cold(cwd, argv, env, request)
-        self.warm_pool.replenish_after(run.result(), key)  # once this run's result is in
+        self.warm_pool.replenish_after(run.wait_closed(), key)  # once this run is closed
         return run
 
     async def aclose(self) -> None:
@@ -275,15 +288,21 @@ class ProductProvider(ProviderBase[ConfigT], Generic[ConfigT, RunT]):
     async def _make_warm(self, key: Hashable) -> RunT:
         assert isinstance(key, tuple)
         cwd, argv, env = key
-        run = await self.new_run(cwd, list(argv), dict(env))
+        token = _warm_spawn.set(True)
         try:
-            await self.prepare_run(run, cwd, warm=True)
-        except BaseException:
+            run = await self.new_run(cwd, list(argv), dict(env))
             try:
-                await run.discard()
-            except Exception:
-                self.log.debug("closing a warm process that failed to start failed", exc_info=True)
-            raise
+                await self.prepare_run(run, cwd, warm=True)
+            except BaseException:
+                try:
+                    await run.discard()
+                except Exception:
+                    self.log.debug(
+                        "closing a warm process that failed to start failed", exc_info=True
+                    )
+                raise
+        finally:
+            _warm_spawn.reset(token)
         _set_busy(run, False)  # waiting for a delegation: no contention (nice = "auto")
         return run
 

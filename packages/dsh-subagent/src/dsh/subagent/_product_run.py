@@ -8,6 +8,7 @@ rules are written here once.
 from __future__ import annotations
 
 import abc
+import asyncio
 import contextlib
 import logging
 import uuid
@@ -78,6 +79,7 @@ class ProductRun(abc.ABC):
         self._id = str(uuid.uuid4())
         self._latch = ResultLatch()
         self._closing = CloseOnce()
+        self._closed = asyncio.Event()
         self._activity = ActivityStamp()
         self._first_output: float | None = None
         self._usage: UsageFacts | None = None
@@ -132,11 +134,21 @@ class ProductRun(abc.ABC):
     async def aclose(self) -> None:
         """Cancel if open; return once the whole tree has exited (see the close contract)."""
         self.cancel()
-        teardown = await self._closing.run(self._teardown)
+        teardown = await self._closing.run(self._close_once)
         if teardown is not None:
             raise ProductFailure.from_facts(
                 self.prefix, FailureFacts(self.product, "teardown", "unknown")
             ) from teardown
+
+    async def wait_closed(self) -> None:
+        """Return once the run has been closed (its teardown ended, whatever its outcome)."""
+        await self._closed.wait()
+
+    async def _close_once(self) -> None:
+        try:
+            await self._teardown()
+        finally:
+            self._closed.set()
 
     async def __aenter__(self) -> Self:
         return self

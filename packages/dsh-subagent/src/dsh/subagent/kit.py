@@ -53,7 +53,7 @@ from dsh.subagent._owned_dirs import (
     sweep_lost_dirs,
     sweep_lost_dirs_once,
 )
-from dsh.subagent._product_provider import EnvNames, Launch, ProductProvider
+from dsh.subagent._product_provider import EnvNames, Launch, ProductProvider, spawning_warm
 from dsh.subagent._product_run import ProcessHandle, ProductRun
 from dsh.subagent._provider_base import ProductInstall, ProviderBase, product_config_dir
 from dsh.subagent._usage import (
@@ -115,6 +115,7 @@ __all__ = [
     "payload_check",
     "product_config_dir",
     "remove_off_loop",
+    "spawning_warm",
     "sweep_lost_dirs",
     "sweep_lost_dirs_once",
     "version_check",

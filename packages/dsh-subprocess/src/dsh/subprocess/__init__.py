@@ -23,7 +23,7 @@ from dsh.subprocess._env import (
     scrubbed_parent_env,
 )
 from dsh.subprocess._limits import LIMIT_KEYS, Limits
-from dsh.subprocess._lines import READ_CHUNK_BYTES, BoundedLines
+from dsh.subprocess._lines import READ_CHUNK_BYTES, BoundedLines, DroppingReader
 from dsh.subprocess._orphans import marked_processes, reap_orphans, reap_orphans_once
 from dsh.subprocess._process import ManagedProcess
 from dsh.subprocess._procfs import TREE_MARKER_ENV
@@ -67,6 +67,7 @@ __all__ = [
     "Collect",
     "CollectedText",
     "DetachedProcess",
+    "DroppingReader",
     "EnvForwarding",
     "EnvPolicy",
     "ForwardingConfig",

@@ -146,6 +146,15 @@ class KernelLayer:
             return None
         return group
 
+    def planned_group(self, run_id: str) -> RunGroup | None:
+        """A standby's group, not made yet: the standby supervisor makes it (``make_dirs()``)
+        before it joins, so the host spends no CPU on it (None when the layer is off)."""
+        if self.v2_owner_dir is None:
+            return None
+        group = RunGroup(self.v2_owner_dir / run_id)
+        group.created.append(group.v2)
+        return group
+
     def add_limits(self, group: RunGroup, limits: Limits | None) -> None:
         """Apply ``limits`` to ``group`` (v1 limit groups are created, to be joined too)."""
         if limits is not None:
@@ -213,6 +222,11 @@ class RunGroup:
         (``<hierarchy's group>/dsh-<owner>/<run>/cgroup.procs``, two levels up)."""
         joins = self.join[1:] if v1_only else self.join
         return [(os.fsencode(p), os.fsencode(p.parents[2] / "cgroup.procs")) for p in joins]
+
+    def make_dirs(self) -> list[bytes]:
+        """For a standby of a ``planned_group``: its owner dir (made again if it was removed
+        behind the host's back), then the group itself."""
+        return [os.fsencode(self.v2.parent), os.fsencode(self.v2)]
 
     def populated(self) -> bool:
         """True while any process is in the group (or when that cannot be read)."""

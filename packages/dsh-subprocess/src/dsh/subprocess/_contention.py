@@ -10,7 +10,9 @@ raised back when the contention ends: that would need a privilege, and a run tha
 lowered is one of many anyway.
 
 A tree is busy from its spawn until it is gone, except while its owner says it is idle (a warm
-process waiting for a delegation: ``ManagedProcess.set_busy(False)``).
+process waiting for a delegation: ``ManagedProcess.set_busy(False)``). A tree spawned with
+``SpawnSpec.busy = False`` (a warm process starting up) is idle from its spawn: its start-up
+lowers no run in flight.
 """
 
 from __future__ import annotations
@@ -80,6 +82,11 @@ class Contention:
                 self._nice[k] = max(self._nice[k], target)
         for pending_tree in pending:
             submit(self._lower, pending_tree, target)
+
+    def started_idle(self, tree: _Lowerable, started_at: int) -> None:
+        """``tree`` was spawned idle at ``started_at`` (``SpawnSpec.busy = False``): not counted."""
+        with self._lock:
+            self._nice[id(tree)] = started_at
 
     def idle(self, tree: _Lowerable) -> None:
         """``tree`` is idle: it no longer counts (a lowered tree stays lowered)."""

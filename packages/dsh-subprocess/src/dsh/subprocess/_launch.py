@@ -103,7 +103,10 @@ async def _launch(
         raise
     proc = _adopt(popen, spec, marker, loop, on_spawned, on_gone)
     if spec.nice == "auto":
-        contention.busy(proc, started_at=started_at or 0)
+        if spec.busy:
+            contention.busy(proc, started_at=started_at or 0)
+        else:
+            contention.started_idle(proc, started_at or 0)
     await start_process(proc)
     return proc
 

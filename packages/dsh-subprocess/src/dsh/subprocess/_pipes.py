@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 from typing import IO, Literal
 
+from dsh.subprocess._lines import DroppingReader
 from dsh.subprocess._spawn import Child
 from dsh.subprocess._spec import Collect, CollectedText, SpawnSpec, StreamSpec
 
@@ -43,7 +44,7 @@ class _Tail:
 async def _connect_reader(
     loop: asyncio.AbstractEventLoop, pipe: IO[bytes]
 ) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
-    reader = asyncio.StreamReader(loop=loop)
+    reader = DroppingReader(loop=loop)
     protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
     try:
         transport, _ = await loop.connect_read_pipe(lambda: protocol, pipe)

@@ -17,8 +17,9 @@ host keeps a standby supervisor or two, so a spawn costs one request and one vfo
   with the stdio descriptors), sets ``PR_SET_CHILD_SUBREAPER``, and starts the program with
   ``subprocess.Popen`` (vfork, new session, default signals). Every orphan below it, whatever
   ``setsid``, double fork or ``env -i`` it used, is reparented to it and stays its descendant.
-  Under the kernel layer (``_cgroup.py``) a standby joins its run's cgroup v2 group as soon as
-  it is forked (the spawner's order names it), and at the request the v1 limit groups too; so
+  Under the kernel layer (``_cgroup.py``) a standby makes and joins its run's cgroup v2 group as
+  soon as it is forked (the spawner's order names it), and at the request the v1 limit groups
+  too; so
   the program and all it ever starts are in the run's groups from their first instruction.
   Right after reporting the start it goes back to the host's groups, so limits count the
   product's tree only and a tool that kills the supervisor leaves the group whole. (Joining
@@ -258,13 +259,28 @@ def _warm_up() -> None:
         os.waitpid(warm.pid, 0)
 
 
-def _supervise(ctl: socket.socket, standby_groups: object) -> None:
+def _make_group(dirs: object) -> None:
+    """Make the standby's group: ``[owner dir, group dir]`` (the owner dir may exist)."""
+    if dirs is None:
+        return
+    if not (isinstance(dirs, list) and len(dirs) == 2 and all(isinstance(d, bytes) for d in dirs)):
+        raise TypeError("malformed order")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(dirs[0])
+    os.mkdir(dirs[1])
+
+
+def _supervise(ctl: socket.socket, standby_groups: object, make: object = None) -> None:
     """A standby supervisor: wait for one request, run it, hold its tree until it is empty."""
     try:
+        _make_group(make)
         _move_to(standby_groups, 0)
         in_group = bool(standby_groups)
     except (OSError, TypeError):
         in_group = False  # reported at the request, which decides whether that matters
+        if isinstance(make, list) and make and isinstance(make[-1], bytes):
+            with contextlib.suppress(OSError):
+                os.rmdir(make[-1])  # made but not joined: empty, and no one else's
     _warm_up()
     received = None
     with contextlib.suppress(OSError, ValueError, EOFError, TypeError):
@@ -447,12 +463,12 @@ def _recv_request(sock: socket.socket) -> tuple[dict[str, object], list[int]] | 
     return request, fds
 
 
-def _fork_supervisor(sock: socket.socket, ctl_fd: int, groups: object) -> int:
+def _fork_supervisor(sock: socket.socket, ctl_fd: int, groups: object, make: object) -> int:
     pid = os.fork()
     if pid == 0:
         try:
             sock.close()
-            _supervise(socket.socket(fileno=ctl_fd), groups)
+            _supervise(socket.socket(fileno=ctl_fd), groups, make)
         finally:
             os._exit(0)
     os.close(ctl_fd)
@@ -521,7 +537,7 @@ def _serve(sock: socket.socket) -> None:
         if not fds:
             continue
         try:
-            supervisors.add(_fork_supervisor(sock, fds[0], order.get("cgroups")))
+            supervisors.add(_fork_supervisor(sock, fds[0], order.get("cgroups"), order.get("make")))
         except OSError:
             os.close(fds[0])  # the host sees the socket close and spawns without a supervisor
 

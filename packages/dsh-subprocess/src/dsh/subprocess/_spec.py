@@ -86,7 +86,10 @@ class SpawnSpec:
     session's autogroup, set right after ``exec`` (best effort); ``None`` inherits the caller's.
     ``"auto"`` runs the tree at the caller's priority while few trees are busy in this process,
     and lowers every busy one by tiers as more are: 10, then 19 (``ManagedProcess.set_busy``;
-    docs/profiles.md).
+    docs/profiles.md). ``busy = False`` spawns an ``"auto"`` tree idle: it neither counts nor
+    lowers the busy ones until its owner puts it to work (``set_busy(True)``); for a process
+    spawned ahead of its work (a warm process), whose start-up would otherwise lower the runs in
+    flight.
     ``limits`` bounds the whole tree through the kernel layer (a cgroup per run); where the
     machine cannot enforce them the spawn fails before anything starts, unless
     ``limits.best_effort``.
@@ -113,6 +116,7 @@ class SpawnSpec:
     limits: Limits | None = None
     owned_dir: str | os.PathLike[str] | None = None
     owned_files: Mapping[str, bytes] | None = None
+    busy: bool = True
 
     def __post_init__(self) -> None:
         if self.limits is not None and not isinstance(self.limits, Limits):
