@@ -19,8 +19,8 @@ host keeps a standby supervisor or two, so a spawn costs one request and one vfo
   ``setsid``, double fork or ``env -i`` it used, is reparented to it and stays its descendant.
   Under the kernel layer (``_cgroup.py``) a standby makes and joins its run's cgroup v2 group as
   soon as it is forked (the spawner's order names it), and at the request the v1 limit groups
-  too; so
-  the program and all it ever starts are in the run's groups from their first instruction.
+  too; so the program and all it ever starts are in the run's groups from their first
+  instruction.
   Right after reporting the start it goes back to the host's groups, so limits count the
   product's tree only and a tool that kills the supervisor leaves the group whole. (Joining
   costs about 7 ms, an RCU grace period, which the standby pays ahead of the request.)
